@@ -1,0 +1,1 @@
+"""Shared fixtures. Tests run in trio mode (pyproject: ``trio_mode = true``)."""

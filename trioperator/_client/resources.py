@@ -1,0 +1,60 @@
+"""A served API resource, as the discovery documents describe it."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Resource(msgspec.Struct, frozen=True, kw_only=True):
+    """One API resource (e.g. ``kopf.dev/v1 kopfexamples``), hashable and immutable.
+
+    ``group`` is ``""`` for the core API (``/api/v1``); ``plural`` is the URL name.
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str = ""
+    singular: str = ""
+    shortcuts: frozenset[str] = frozenset()
+    categories: frozenset[str] = frozenset()
+    subresources: frozenset[str] = frozenset()
+    namespaced: bool = True
+    preferred: bool = True
+    verbs: frozenset[str] = frozenset()
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, or only ``version`` for the core API."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def core(self) -> bool:
+        return self.group == ""
+
+    def get_url(
+        self,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """The path of a collection or an object, relative to the server's root URL.
+
+        ``namespace=None`` on a namespaced resource means the cluster-wide collection.
+        """
+        if subresource is not None and name is None:
+            raise ValueError("A subresource needs an object name.")
+        parts = ["/api" if self.core else "/apis"]
+        parts.append(self.api_version)
+        if self.namespaced and namespace is not None:
+            parts += ["namespaces", namespace]
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+        if subresource is not None:
+            parts.append(subresource)
+        return "/".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.version}.{self.group}".rstrip(".")

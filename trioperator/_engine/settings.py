@@ -1,0 +1,193 @@
+"""All operator settings, with Kopf's group and field names and defaults.
+
+Users change them in ``@on.startup`` handlers (``settings.watching.server_timeout = 600``) or
+pass an ``OperatorSettings`` when embedding. Every group is a plain mutable dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from trioperator._client.settings import NetworkingSettings, WatchingSettings
+
+if TYPE_CHECKING:
+    from trioperator._engine.diffbase import DiffBaseStorage
+    from trioperator._engine.progress import ProgressStorage
+
+__all__ = [
+    "AdmissionSettings",
+    "BackgroundSettings",
+    "ExecutionSettings",
+    "NetworkingSettings",
+    "OperatorSettings",
+    "PeeringSettings",
+    "PersistenceSettings",
+    "PostingSettings",
+    "ProcessSettings",
+    "QueueingSettings",
+    "ScanningSettings",
+    "WatchingSettings",
+]
+
+
+@dataclasses.dataclass
+class ProcessSettings:
+    ultimate_exiting_timeout: float | None = 10 * 60
+    """After a stop is requested, the process is forcibly ended if it has not exited by then."""
+
+
+@dataclasses.dataclass
+class PostingSettings:
+    enabled: bool = True
+    """Post the explicitly requested k8s events (``trioperator.event/info/warn/exception``)."""
+
+    loggers: bool = False
+    """Also post per-object log records as k8s events (off by default, as in Kopf 1.44+)."""
+
+    level: int = logging.INFO
+    """The minimal level of what is posted."""
+
+    reporting_component: str = "kopf"
+    reporting_instance: str = "dev"
+    event_name_prefix: str = "kopf-event-"
+
+
+@dataclasses.dataclass
+class PeeringSettings:
+    name: str = "default"
+    stealth: bool = False
+    priority: int = 0
+    lifetime: int = 60
+    mandatory: bool = False
+    standalone: bool = False
+    clusterwide: bool = False
+
+    @property
+    def namespaced(self) -> bool:
+        return not self.clusterwide
+
+    @namespaced.setter
+    def namespaced(self, value: bool) -> None:
+        self.clusterwide = not value
+
+
+# Kopf's per-object throttling ramp after unexpected errors; the last value repeats.
+DEFAULT_ERROR_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610)
+
+
+@dataclasses.dataclass
+class QueueingSettings:
+    worker_limit: int | None = None
+    """At most this many per-object workers per watcher at once; ``None`` is unlimited."""
+
+    idle_timeout: float = 5.0
+    """A worker with nothing to do for this long exits (and is re-created on the next event)."""
+
+    exit_timeout: float = 2.0
+    """On a watcher's stop, how long its workers may take to drain what is already queued."""
+
+    error_delays: tuple[float, ...] = DEFAULT_ERROR_DELAYS
+    """Per-object backoff after unexpected (non-handler) errors in processing."""
+
+    batch_window: float = 0.1
+    """Deprecated and inert: consistency tracking on ``resourceVersion`` replaced batching."""
+
+
+@dataclasses.dataclass
+class ScanningSettings:
+    disabled: bool = False
+    """Do not watch CRDs and namespaces at runtime; serve what exists at startup."""
+
+
+@dataclasses.dataclass
+class AdmissionSettings:
+    server: Any = None
+    """A webhook server or tunnel (an async iterable of client configs); ``None`` for none."""
+
+    managed: str | None = None
+    """The name of the webhook configurations to create and keep up to date."""
+
+
+@dataclasses.dataclass
+class ExecutionSettings:
+    default_backoff: float = 60
+    """The retry delay after an arbitrary exception in a handler without its own ``backoff``."""
+
+    max_workers: int | None = None
+    """The most sync handlers running in threads at once; ``None`` is trio's default (40)."""
+
+    executor: Any = None
+    """Accepted for Kopf compatibility and ignored: sync handlers run in trio's threads."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "max_workers" and value is not None:
+            if not isinstance(value, int) or value < 1:
+                raise ValueError("max_workers must be a positive integer or None.")
+        super().__setattr__(name, value)
+
+
+@dataclasses.dataclass
+class BackgroundSettings:
+    cancellation_polling: float = 60
+    """How often a stopping daemon without a cancellation timeout is checked again."""
+
+    instant_exit_timeout: float | None = None
+    """How long a stopped daemon is given to exit instantly before the staged stop starts."""
+
+    instant_exit_zero_time_cycles: int = 10
+    """How many scheduler passes a stopped daemon is given to exit instantly."""
+
+
+def _default_progress_storage() -> ProgressStorage:
+    from trioperator._engine.progress import SmartProgressStorage
+
+    return SmartProgressStorage()
+
+
+def _default_diffbase_storage() -> DiffBaseStorage:
+    from trioperator._engine.diffbase import AnnotationsDiffBaseStorage
+
+    return AnnotationsDiffBaseStorage()
+
+
+@dataclasses.dataclass
+class PersistenceSettings:
+    finalizer: str = "kopf.zalando.org/KopfFinalizerMarker"
+    progress_storage: ProgressStorage = dataclasses.field(
+        default_factory=_default_progress_storage
+    )
+    diffbase_storage: DiffBaseStorage = dataclasses.field(
+        default_factory=_default_diffbase_storage
+    )
+    consistency_timeout: float = 5.0
+    """How long to wait for our own patch to come back on the stream; 0 disables the wait."""
+
+
+@dataclasses.dataclass
+class OperatorSettings:
+    """Everything configurable in an operator, grouped as in Kopf."""
+
+    process: ProcessSettings = dataclasses.field(default_factory=ProcessSettings)
+    posting: PostingSettings = dataclasses.field(default_factory=PostingSettings)
+    peering: PeeringSettings = dataclasses.field(default_factory=PeeringSettings)
+    watching: WatchingSettings = dataclasses.field(default_factory=WatchingSettings)
+    queueing: QueueingSettings = dataclasses.field(default_factory=QueueingSettings)
+    scanning: ScanningSettings = dataclasses.field(default_factory=ScanningSettings)
+    admission: AdmissionSettings = dataclasses.field(default_factory=AdmissionSettings)
+    execution: ExecutionSettings = dataclasses.field(default_factory=ExecutionSettings)
+    background: BackgroundSettings = dataclasses.field(default_factory=BackgroundSettings)
+    networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
+    persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
+
+    @property
+    def batching(self) -> QueueingSettings:
+        """Deprecated name of ``queueing``."""
+        warnings.warn(
+            "settings.batching is deprecated; use settings.queueing.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.queueing

@@ -1,0 +1,1 @@
+"""User-facing helpers that the runtime never imports (hierarchies, webhook servers, runners)."""

@@ -1,0 +1,1 @@
+"""Helpers with no Kubernetes knowledge (time, small HTTP server primitives)."""
