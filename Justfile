@@ -1,0 +1,47 @@
+# trioperator developer recipes. On a fresh machine run them through ./dev (it prepares .venv).
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# list the recipes
+default:
+    @just --list
+
+# every test tier: unit, integration, contract and e2e (starts the local kube-apiserver if needed)
+test *ARGS:
+    python -m pytest {{ARGS}}
+
+# only the fast tiers (no kube-apiserver)
+test-fast *ARGS:
+    python -m pytest -m "not e2e" {{ARGS}}
+
+# only the end-to-end tier against the real local kube-apiserver
+e2e *ARGS: cluster-up
+    python -m pytest -m e2e {{ARGS}}
+
+# ruff, strict mypy and the import-layer contracts
+lint:
+    ruff check trioperator tests examples benchmarks
+    ruff format --check trioperator
+    mypy
+    lint-imports
+
+# format the code
+fmt:
+    ruff format trioperator tests examples benchmarks
+    ruff check --fix trioperator tests examples benchmarks
+
+# start (or reuse) etcd + kube-apiserver on loopback; prints the kubeconfig path
+cluster-up:
+    scripts/kube-up
+
+# stop the local control plane (`just cluster-down --purge` also wipes its state)
+cluster-down *ARGS:
+    scripts/kube-down {{ARGS}}
+
+# the main job: an example operator against the local kube-apiserver, with an object's life
+demo:
+    python examples/demo.py
+
+# benchmarks against Kopf on the local kube-apiserver
+bench *ARGS:
+    python benchmarks/run.py {{ARGS}}
