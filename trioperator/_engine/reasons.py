@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class Reason(str, enum.Enum):
+class Reason(enum.StrEnum):
     """Values are the strings stored as ``purpose`` in progress records (Kopf-compatible)."""
 
     CREATE = "create"

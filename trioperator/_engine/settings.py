@@ -123,9 +123,9 @@ class ExecutionSettings:
     """Accepted for Kopf compatibility and ignored: sync handlers run in trio's threads."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name == "max_workers" and value is not None:
-            if not isinstance(value, int) or value < 1:
-                raise ValueError("max_workers must be a positive integer or None.")
+        invalid = not isinstance(value, int) or isinstance(value, bool) or value < 1
+        if name == "max_workers" and value is not None and invalid:
+            raise ValueError("max_workers must be a positive integer or None.")
         super().__setattr__(name, value)
 
 
@@ -156,12 +156,8 @@ def _default_diffbase_storage() -> DiffBaseStorage:
 @dataclasses.dataclass
 class PersistenceSettings:
     finalizer: str = "kopf.zalando.org/KopfFinalizerMarker"
-    progress_storage: ProgressStorage = dataclasses.field(
-        default_factory=_default_progress_storage
-    )
-    diffbase_storage: DiffBaseStorage = dataclasses.field(
-        default_factory=_default_diffbase_storage
-    )
+    progress_storage: ProgressStorage = dataclasses.field(default_factory=_default_progress_storage)
+    diffbase_storage: DiffBaseStorage = dataclasses.field(default_factory=_default_diffbase_storage)
     consistency_timeout: float = 5.0
     """How long to wait for our own patch to come back on the stream; 0 disables the wait."""
 

@@ -70,8 +70,7 @@ async def serve_http(
     serving: list[trio.abc.Listener[Any]]
     if ssl_context is not None:
         serving = [
-            trio.SSLListener(listener, ssl_context, https_compatible=True)
-            for listener in listeners
+            trio.SSLListener(listener, ssl_context, https_compatible=True) for listener in listeners
         ]
     else:
         serving = list(listeners)
@@ -86,7 +85,11 @@ async def serve_http(
 class _ForwardStatus:
     """Report the raw TCP listeners (which know their port) rather than the TLS wrappers."""
 
-    def __init__(self, status: trio.TaskStatus[list[trio.SocketListener]], raw: list[trio.SocketListener]) -> None:
+    def __init__(
+        self,
+        status: trio.TaskStatus[list[trio.SocketListener]],
+        raw: list[trio.SocketListener],
+    ) -> None:
         self._status = status
         self._raw = raw
 
@@ -137,7 +140,7 @@ async def _read_request(conn: h11.Connection, stream: trio.abc.Stream, peer: Any
         event = conn.next_event()
         if event is h11.NEED_DATA:
             data = await stream.receive_some(_RECEIVE_CHUNK)
-            conn.receive_data(data)  # b"" marks EOF for h11
+            conn.receive_data(bytes(data))  # b"" marks EOF for h11
             continue
         if isinstance(event, h11.ConnectionClosed):
             return None

@@ -1,0 +1,125 @@
+"""Per-object workers: they idle out, come back on demand, keep memories, and respect limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trioperator as kopf
+
+DIFFBASE = "kopf.zalando.org/last-handled-configuration"
+
+
+def handled(running: Any, name: str = "kopf-example-1") -> bool:
+    return DIFFBASE in running.obj(name)["metadata"].get("annotations", {})
+
+
+async def test_workers_idle_out_and_come_back_with_their_memo(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+) -> None:
+    settings.queueing.idle_timeout = 3
+    seen: list[Any] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(memo: Any, **_: Any) -> None:
+        memo.counter = 1
+
+    @kopf.on.update("kopfexamples", id="update_fn", registry=registry)
+    async def update_fn(memo: Any, **_: Any) -> None:
+        memo.counter += 1
+        seen.append(memo.counter)
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: handled(running))
+    assert len(running.workers()) == 1
+    await trio.sleep(3.5)
+    assert running.workers() == []  # idle for 3 s: gone
+
+    running.patch({"spec": {"field": "changed"}})
+    await running.wait_for(lambda: seen == [2])
+    assert len(running.workers()) == 1
+    await trio.sleep(3.5)
+    assert running.workers() == []
+    running.patch({"spec": {"field": "again"}})
+    await running.wait_for(lambda: seen == [2, 3])
+
+
+async def test_a_sleeping_worker_does_not_idle_out(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+) -> None:
+    settings.queueing.idle_timeout = 3
+    attempts: list[float] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(retry: int, **_: Any) -> None:
+        attempts.append(trio.current_time())
+        if retry == 0:
+            raise kopf.TemporaryError("later", delay=20)
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: len(attempts) == 1)
+    await trio.sleep(10)
+    assert len(running.workers()) == 1  # sleeping for the delayed handler
+    await running.wait_for(lambda: handled(running))
+    assert attempts[1] - attempts[0] == pytest.approx(20, abs=1e-5)
+
+
+async def test_a_recreated_object_gets_a_fresh_memo_and_no_worker_is_left(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    memos: list[Any] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(memo: Any, **_: Any) -> None:
+        memos.append(dict(memo))
+        memo.created = True
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: handled(running))
+    running.delete()
+    await trio.sleep(10)
+    running.create()  # the same name, a new object (uid)
+    await running.wait_for(lambda: len(memos) == 2)
+    assert memos == [{}, {}]
+    await trio.sleep(10)
+    assert running.workers() == []  # the deleted object's worker is not left behind
+
+
+async def test_worker_limit_still_serves_all_objects(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+) -> None:
+    settings.queueing.worker_limit = 1
+    settings.queueing.idle_timeout = 1
+    running_now: list[str] = []
+    overlaps: list[list[str]] = []
+    done: list[str] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(name: str, **_: Any) -> None:
+        running_now.append(name)
+        overlaps.append(list(running_now))
+        await trio.sleep(1)
+        running_now.remove(name)
+        done.append(name)
+
+    running = await run_operator()
+    names = [f"object-{i}" for i in range(4)]
+    for name in names:
+        running.create(name=name)
+    await running.wait_for(lambda: all(handled(running, name) for name in names))
+    assert sorted(done) == names
+    assert all(len(overlap) == 1 for overlap in overlaps)  # one worker at a time
+    assert len(running.workers()) <= len(names)

@@ -1,0 +1,136 @@
+"""trioperator: Kubernetes operators on trio, with Kopf's API (``import trioperator as kopf``).
+
+This is the curated public surface; everything under ``trioperator._*`` is internal.
+"""
+
+from trioperator import on as on
+from trioperator._client.config import login_with_kubeconfig as login_with_kubeconfig
+from trioperator._client.config import login_with_service_account as login_with_service_account
+from trioperator._client.credentials import ConnectionInfo as ConnectionInfo
+from trioperator._client.credentials import LoginError as LoginError
+from trioperator._client.credentials import Vault as Vault
+from trioperator._client.resources import Resource as Resource
+from trioperator._engine.bodies import Annotations as Annotations
+from trioperator._engine.bodies import Body as Body
+from trioperator._engine.bodies import Labels as Labels
+from trioperator._engine.bodies import Meta as Meta
+from trioperator._engine.bodies import RawBody as RawBody
+from trioperator._engine.bodies import RawEvent as RawEvent
+from trioperator._engine.bodies import Spec as Spec
+from trioperator._engine.bodies import Status as Status
+from trioperator._engine.diffbase import AnnotationsDiffBaseStorage as AnnotationsDiffBaseStorage
+from trioperator._engine.diffbase import BodyEssence as BodyEssence
+from trioperator._engine.diffbase import DiffBaseStorage as DiffBaseStorage
+from trioperator._engine.diffbase import MultiDiffBaseStorage as MultiDiffBaseStorage
+from trioperator._engine.diffbase import StatusDiffBaseStorage as StatusDiffBaseStorage
+from trioperator._engine.diffs import Diff as Diff
+from trioperator._engine.diffs import DiffItem as DiffItem
+from trioperator._engine.diffs import DiffOperation as DiffOperation
+from trioperator._engine.errors import ActivityError as ActivityError
+from trioperator._engine.errors import ErrorsMode as ErrorsMode
+from trioperator._engine.errors import HandlerRetriesError as HandlerRetriesError
+from trioperator._engine.errors import HandlerTimeoutError as HandlerTimeoutError
+from trioperator._engine.errors import PermanentError as PermanentError
+from trioperator._engine.errors import TemporaryError as TemporaryError
+from trioperator._engine.filters import ABSENT as ABSENT
+from trioperator._engine.filters import PRESENT as PRESENT
+from trioperator._engine.filters import FieldPath as FieldPath
+from trioperator._engine.filters import FieldSpec as FieldSpec
+from trioperator._engine.filters import all_ as all_
+from trioperator._engine.filters import any_ as any_
+from trioperator._engine.filters import none_ as none_
+from trioperator._engine.filters import not_ as not_
+from trioperator._engine.ids import HandlerId as HandlerId
+from trioperator._engine.lifecycles import get_default_lifecycle as get_default_lifecycle
+from trioperator._engine.lifecycles import set_default_lifecycle as set_default_lifecycle
+from trioperator._engine.memos import Memo as Memo
+from trioperator._engine.patches import Patch as Patch
+from trioperator._engine.progress import AnnotationsProgressStorage as AnnotationsProgressStorage
+from trioperator._engine.progress import MultiProgressStorage as MultiProgressStorage
+from trioperator._engine.progress import ProgressRecord as ProgressRecord
+from trioperator._engine.progress import ProgressStorage as ProgressStorage
+from trioperator._engine.progress import SmartProgressStorage as SmartProgressStorage
+from trioperator._engine.progress import StatusProgressStorage as StatusProgressStorage
+from trioperator._engine.reasons import Reason as Reason
+from trioperator._engine.registry import OperatorRegistry as OperatorRegistry
+from trioperator._engine.registry import get_default_registry as get_default_registry
+from trioperator._engine.registry import set_default_registry as set_default_registry
+from trioperator._engine.selectors import EVERYTHING as EVERYTHING
+from trioperator._engine.settings import OperatorSettings as OperatorSettings
+from trioperator._runtime.embedding import operator as operator
+from trioperator._runtime.embedding import run as run
+from trioperator._runtime.execution import execute as execute
+from trioperator._runtime.operator import Operator as Operator
+from trioperator._version import __version__ as __version__
+from trioperator.on import daemon as daemon
+from trioperator.on import index as index
+from trioperator.on import register as register
+from trioperator.on import subhandler as subhandler
+from trioperator.on import timer as timer
+
+__all__ = [
+    "ABSENT",
+    "ActivityError",
+    "Annotations",
+    "AnnotationsDiffBaseStorage",
+    "AnnotationsProgressStorage",
+    "Body",
+    "BodyEssence",
+    "ConnectionInfo",
+    "Diff",
+    "DiffBaseStorage",
+    "DiffItem",
+    "DiffOperation",
+    "EVERYTHING",
+    "ErrorsMode",
+    "FieldPath",
+    "FieldSpec",
+    "HandlerId",
+    "HandlerRetriesError",
+    "HandlerTimeoutError",
+    "Labels",
+    "LoginError",
+    "Memo",
+    "Meta",
+    "MultiDiffBaseStorage",
+    "MultiProgressStorage",
+    "Operator",
+    "OperatorRegistry",
+    "OperatorSettings",
+    "PRESENT",
+    "Patch",
+    "PermanentError",
+    "ProgressRecord",
+    "ProgressStorage",
+    "RawBody",
+    "RawEvent",
+    "Reason",
+    "Resource",
+    "SmartProgressStorage",
+    "Spec",
+    "Status",
+    "StatusDiffBaseStorage",
+    "StatusProgressStorage",
+    "TemporaryError",
+    "Vault",
+    "__version__",
+    "all_",
+    "any_",
+    "daemon",
+    "execute",
+    "get_default_lifecycle",
+    "get_default_registry",
+    "index",
+    "login_with_kubeconfig",
+    "login_with_service_account",
+    "none_",
+    "not_",
+    "on",
+    "operator",
+    "register",
+    "run",
+    "set_default_lifecycle",
+    "set_default_registry",
+    "subhandler",
+    "timer",
+]

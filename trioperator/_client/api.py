@@ -1,0 +1,405 @@
+"""The Kubernetes API client: credentials, retries, backoff, Retry-After, and the verbs.
+
+Every request goes through one retry loop:
+
+* credentials come from the :class:`Vault` on every attempt; an HTTP 401 invalidates them (the
+  vault waits for a re-login or gives up with ``LoginError``) and the request is repeated with
+  the next credentials, without consuming a retry;
+* connection failures, timeouts, 5xx and 429 are retried after the delays of
+  ``settings.networking.error_backoffs`` (re-iterated for every request, so each request starts
+  from the first delay); when they run out, the last error escalates;
+* a server-requested delay (``Retry-After`` header, or ``details.retryAfterSeconds``) is never
+  cut short: the sleep is the longer of it and the backoff, or exactly the server's delay with
+  ``enforce_retry_after``;
+* other 4xx errors escalate at once.
+
+Settings are read at call time: operators change them in startup handlers, after the client
+exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sized
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import msgspec
+import trio
+
+from trioperator._client.errors import (
+    APIConnectionError,
+    APIError,
+    APIGoneError,
+    APIServerError,
+    APITooManyRequestsError,
+    APIUnauthorizedError,
+    error_from_response,
+)
+from trioperator._client.http import HTTPResponse, HTTPSession, SessionPool
+from trioperator._client.resources import Resource
+from trioperator._client.settings import NetworkingSettings
+
+if TYPE_CHECKING:
+    from trioperator._client.credentials import ConnectionInfo, Vault, VaultKey
+
+__all__ = ["APIClient", "Logger"]
+
+_LOGGER = logging.getLogger(__name__)
+
+Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[Any]
+Params: TypeAlias = Mapping[str, str] | None
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+JSON = "application/json"
+
+
+def _encode_extra(obj: Any) -> Any:
+    # Read-only views of bodies (``Mapping``s that are not dicts) travel as plain objects.
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    raise NotImplementedError(f"Cannot encode {type(obj)} as JSON")
+
+
+# Decoders and encoders compile their plans once; building them per request would waste it.
+_JSON_DECODER = msgspec.json.Decoder()
+_JSON_ENCODER = msgspec.json.Encoder(enc_hook=_encode_extra)
+
+_LIST_RESTARTS = 3
+"""How often a paginated listing restarts when its continue token expires (HTTP 410)."""
+
+
+def _retriable(exc: BaseException) -> bool:
+    return isinstance(exc, APIConnectionError | APIServerError | APITooManyRequestsError)
+
+
+def _backoffs(value: float | Iterable[float]) -> tuple[Iterator[float], int | None]:
+    """A fresh iterator over the configured backoffs and the number of attempts, if known."""
+    if isinstance(value, int | float):
+        return iter((float(value),)), 2
+    count = len(value) + 1 if isinstance(value, Sized) else None
+    return iter(value), count
+
+
+class _RetryState:
+    """The retry bookkeeping of one logical request (all its attempts)."""
+
+    def __init__(self, settings: NetworkingSettings, log: Logger) -> None:
+        self.backoffs, self.count = _backoffs(settings.error_backoffs)
+        self.enforce_retry_after = settings.enforce_retry_after
+        self.logger = log
+        self.attempt = 0
+
+    async def failed(self, exc: APIError | APIConnectionError, what: str) -> None:
+        """Sleep before the next attempt, or re-raise ``exc`` if it must escalate."""
+        if not _retriable(exc):
+            raise exc
+        self.attempt += 1
+        label = f"#{self.attempt}/{self.count}" if self.count is not None else f"#{self.attempt}"
+        backoff = next(self.backoffs, None)
+        if backoff is None:
+            self.logger.error(f"Request attempt {label} failed; escalating: {what} -> {exc!r}")
+            raise exc
+        delay = float(backoff)
+        retry_after = exc.retry_after if isinstance(exc, APIError) else None
+        if retry_after is not None:
+            delay = retry_after if self.enforce_retry_after else max(delay, retry_after)
+        self.logger.error(f"Request attempt {label} failed; will retry: {what} -> {exc!r}")
+        await trio.sleep(delay)
+
+
+def _encode(payload: Any) -> bytes | None:
+    if payload is None:
+        return None
+    if isinstance(payload, bytes):
+        return payload
+    return _JSON_ENCODER.encode(payload)
+
+
+def _decode(response: HTTPResponse) -> Any:
+    body = response.body
+    if not body:
+        return None
+    content_type = response.headers.get("content-type", "")
+    if "json" in content_type or body.lstrip()[:1] in (b"{", b"["):
+        return _JSON_DECODER.decode(body)
+    return body.decode("utf-8", errors="replace")
+
+
+def _expect_dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what}: expected a JSON object in the response, got {type(value)}")
+    return value
+
+
+class APIClient:
+    """Requests to the Kubernetes API with the credentials of a vault.
+
+    Use as ``async with APIClient(vault, settings) as api:``, or call :meth:`aclose` at the end
+    (it closes the HTTP connections).
+    """
+
+    def __init__(
+        self,
+        vault: Vault,
+        settings: NetworkingSettings,
+        *,
+        logger: Logger | None = None,
+    ) -> None:
+        self.vault = vault
+        self.settings = settings
+        self.logger: Logger = logger if logger is not None else _LOGGER
+        self._sessions = SessionPool()
+
+    async def __aenter__(self) -> APIClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._sessions.aclose()
+
+    async def _session(self) -> tuple[VaultKey, ConnectionInfo, HTTPSession]:
+        key, info = await self.vault.select()
+        trust_env = self.settings.trust_env or info.trust_env
+        return key, info, self._sessions.get(info, trust_env=trust_env)
+
+    async def _unauthorized(
+        self, key: VaultKey, info: ConnectionInfo, exc: APIUnauthorizedError
+    ) -> None:
+        await self._sessions.discard(info)
+        await self.vault.invalidate(key, info, exc=exc)
+
+    # ------------------------------------------------------------------ raw requests
+
+    async def request_raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params = None,
+        payload: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 -- per attempt, see docstring
+        logger: Logger | None = None,
+    ) -> HTTPResponse:
+        """Send a request with retries; return the successful (2xx/3xx) response as is.
+
+        ``payload`` is JSON-encoded unless it is already ``bytes``. ``timeout`` bounds each
+        attempt (default: ``settings.request_timeout``).
+        """
+        content = _encode(payload)
+        headers = None
+        if content is not None:
+            headers = {"Content-Type": content_type or JSON}
+        retries = _RetryState(self.settings, logger or self.logger)
+        while True:
+            key, info, session = await self._session()
+            what = f"{method} {session.url(path, params)}"
+            try:
+                response = await session.request(
+                    method,
+                    path,
+                    params=params,
+                    content=content,
+                    headers=headers,
+                    timeout=timeout if timeout is not None else self.settings.request_timeout,
+                    connect_timeout=self.settings.connect_timeout,
+                )
+                if response.status >= 400:
+                    raise error_from_response(response.status, response.body, response.headers)
+                return response
+            except APIUnauthorizedError as exc:
+                await self._unauthorized(key, info, exc)
+            except (APIError, APIConnectionError) as exc:
+                await retries.failed(exc, what)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params = None,
+        payload: Any = None,
+        content_type: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 -- per attempt, see docstring
+        logger: Logger | None = None,
+    ) -> Any:
+        """Send a request with retries; return the decoded JSON body (``None`` if empty)."""
+        response = await self.request_raw(
+            method,
+            path,
+            params=params,
+            payload=payload,
+            content_type=content_type,
+            timeout=timeout,
+            logger=logger,
+        )
+        return _decode(response)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        path: str,
+        *,
+        params: Params = None,
+        connect_timeout: float | None = None,
+        logger: Logger | None = None,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """GET a streamed response (a watch); give its body as an async iterator of lines.
+
+        Establishing the stream is retried like any request (401, 5xx, 429, connection errors);
+        once it is established, errors while reading it end it with an exception and are the
+        caller's to handle. No total or read timeout applies: bound it with cancel scopes.
+        """
+        retries = _RetryState(self.settings, logger or self.logger)
+        if connect_timeout is None:
+            connect_timeout = self.settings.connect_timeout
+        while True:
+            key, info, session = await self._session()
+            what = f"GET {session.url(path, params)}"
+            established = False
+            try:
+                async with session.stream(
+                    "GET", path, params=params, connect_timeout=connect_timeout
+                ) as response:
+                    if response.status >= 400:
+                        body = await response.read()
+                        raise error_from_response(response.status, body, response.headers)
+                    established = True
+                    yield response.lines()
+                    return
+            except APIUnauthorizedError as exc:
+                if established:
+                    raise
+                await self._unauthorized(key, info, exc)
+            except (APIError, APIConnectionError) as exc:
+                if established:
+                    raise
+                await retries.failed(exc, what)
+
+    # ------------------------------------------------------------------ verbs
+
+    async def get(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        name: str,
+        subresource: str | None = None,
+        logger: Logger | None = None,
+    ) -> dict[str, Any]:
+        """One object (or its subresource)."""
+        path = resource.get_url(namespace=namespace, name=name, subresource=subresource)
+        return _expect_dict(await self.request("GET", path, logger=logger), f"GET {path}")
+
+    async def list_objs(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        logger: Logger | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """All objects of a collection and the listing's ``resourceVersion``.
+
+        With ``limit``, the listing is fetched in pages of that size (``continue`` tokens); if a
+        token expires midway (HTTP 410), the listing starts over. Items get ``apiVersion`` and
+        ``kind`` filled in, since Kubernetes omits them inside lists.
+        """
+        path = resource.get_url(namespace=namespace)
+        log = logger or self.logger
+        restarts = 0
+        while True:
+            items: list[dict[str, Any]] = []
+            version = ""
+            token: str | None = None
+            try:
+                while True:
+                    params: dict[str, str] = {}
+                    if label_selector:
+                        params["labelSelector"] = label_selector
+                    if field_selector:
+                        params["fieldSelector"] = field_selector
+                    if limit:
+                        params["limit"] = str(limit)
+                    if token:
+                        params["continue"] = token
+                    page = _expect_dict(
+                        await self.request("GET", path, params=params or None, logger=logger),
+                        f"GET {path}",
+                    )
+                    meta = page.get("metadata") or {}
+                    version = meta.get("resourceVersion") or version
+                    list_kind = page.get("kind") or ""
+                    kind = list_kind[:-4] if list_kind.endswith("List") else resource.kind
+                    kind = kind or resource.kind
+                    api_version = page.get("apiVersion") or resource.api_version
+                    for item in page.get("items") or ():
+                        item.setdefault("apiVersion", api_version)
+                        item.setdefault("kind", kind)
+                        items.append(item)
+                    token = meta.get("continue") or None
+                    if token is None:
+                        return items, version
+            except APIGoneError:
+                if token is None or restarts >= _LIST_RESTARTS:
+                    raise
+                restarts += 1
+                log.warning(f"The listing of {resource} expired midway; listing it again.")
+
+    async def create(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        body: Mapping[str, Any],
+        logger: Logger | None = None,
+    ) -> dict[str, Any]:
+        """Create an object; the namespace defaults to the body's ``metadata.namespace``."""
+        if namespace is None and resource.namespaced:
+            namespace = (body.get("metadata") or {}).get("namespace")
+        path = resource.get_url(namespace=namespace)
+        result = await self.request("POST", path, payload=body, logger=logger)
+        return _expect_dict(result, f"POST {path}")
+
+    async def patch(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        name: str,
+        payload: Mapping[str, Any] | list[dict[str, Any]],
+        subresource: str | None = None,
+        json_patch: bool = False,
+        logger: Logger | None = None,
+    ) -> dict[str, Any]:
+        """Patch an object (or its subresource, e.g. ``status``); return the patched object.
+
+        A dict is a merge-patch; a list of operations (or ``json_patch=True``) is a JSON-patch.
+        """
+        path = resource.get_url(namespace=namespace, name=name, subresource=subresource)
+        content_type = JSON_PATCH if json_patch or isinstance(payload, list) else MERGE_PATCH
+        result = await self.request(
+            "PATCH", path, payload=payload, content_type=content_type, logger=logger
+        )
+        return _expect_dict(result, f"PATCH {path}")
+
+    async def delete(
+        self,
+        resource: Resource,
+        *,
+        namespace: str | None = None,
+        name: str,
+        propagation_policy: str | None = None,
+        logger: Logger | None = None,
+    ) -> dict[str, Any] | None:
+        """Delete an object; return what the server returned (the object, or a Status)."""
+        path = resource.get_url(namespace=namespace, name=name)
+        params = {"propagationPolicy": propagation_policy} if propagation_policy else None
+        result = await self.request("DELETE", path, params=params, logger=logger)
+        return result if isinstance(result, dict) else None

@@ -1,0 +1,111 @@
+"""Posting ``core/v1`` Events about objects, in the same JSON shape as Kopf posts them.
+
+Errors of the client's making (4xx, e.g. no RBAC permission for events) are logged and
+ignored: an event is a courtesy, never a reason to fail the handling of an object. Server and
+connection errors that outlive the retries escalate to the caller (the runtime's poster task).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from trioperator._client.api import APIClient, Logger
+from trioperator._client.errors import APIClientError
+
+__all__ = ["MAX_MESSAGE_LENGTH", "cut_message", "event_body", "post_event"]
+
+_LOGGER = logging.getLogger(__name__)
+
+MAX_MESSAGE_LENGTH = 1024
+_CUT_INFIX = "..."
+_REF_KEYS = ("apiVersion", "kind", "name", "uid", "namespace")
+
+
+def cut_message(message: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
+    """Shorten a message to ``limit`` characters, keeping its head and tail around ``...``."""
+    if len(message) <= limit:
+        return message
+    room = limit - len(_CUT_INFIX)
+    head = room // 2
+    tail = room - head
+    return message[:head] + _CUT_INFIX + message[-tail:]
+
+
+def event_body(
+    *,
+    ref: Mapping[str, Any],
+    type: str,
+    reason: str,
+    message: str,
+    reporting_component: str,
+    reporting_instance: str,
+    name_prefix: str,
+    namespace: str,
+    now: datetime.datetime,
+) -> dict[str, Any]:
+    """The JSON of an Event (pure: the caller provides the namespace and the time)."""
+    # Always with microseconds: ``eventTime`` is a MicroTime, which requires them.
+    timestamp = now.isoformat(timespec="microseconds")
+    involved = {key: ref[key] for key in _REF_KEYS if ref.get(key) is not None}
+    return {
+        "metadata": {"namespace": namespace, "generateName": name_prefix},
+        "action": "Action?",
+        "type": type,
+        "reason": reason,
+        "message": cut_message(message),
+        "reportingComponent": reporting_component,
+        "reportingInstance": reporting_instance,
+        "source": {"component": reporting_component},
+        "involvedObject": involved,
+        "firstTimestamp": timestamp,
+        "lastTimestamp": timestamp,
+        "eventTime": timestamp,
+    }
+
+
+async def post_event(
+    api: APIClient,
+    *,
+    ref: Mapping[str, Any],
+    type: str,
+    reason: str,
+    message: str,
+    reporting_component: str,
+    reporting_instance: str,
+    name_prefix: str,
+    default_namespace: str = "default",
+    now: datetime.datetime | None = None,
+    logger: Logger | None = None,
+) -> None:
+    """Post an Event about the object ``ref`` (``apiVersion``, ``kind``, ``name``, ``uid``, …).
+
+    Cluster-scoped objects get their events in ``default_namespace``. Events about Events are
+    never posted (that could feed on itself). ``now`` defaults to the current UTC time.
+    """
+    log: Logger = logger if logger is not None else _LOGGER
+    if ref.get("apiVersion") == "v1" and ref.get("kind") == "Event":
+        return
+    namespace = ref.get("namespace") or default_namespace
+    if now is None:
+        now = datetime.datetime.now(datetime.UTC)
+    body = event_body(
+        ref=ref,
+        type=type,
+        reason=reason,
+        message=message,
+        reporting_component=reporting_component,
+        reporting_instance=reporting_instance,
+        name_prefix=name_prefix,
+        namespace=namespace,
+        now=now,
+    )
+    try:
+        await api.request("POST", f"/api/v1/namespaces/{namespace}/events", payload=body)
+    except APIClientError as exc:
+        log.warning(
+            f"Failed to post an event. Ignoring and continuing. Code: {exc.code}."
+            f" Message: {exc.message}. Details: {exc.details}. Event: {body}"
+        )

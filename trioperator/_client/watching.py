@@ -1,0 +1,299 @@
+"""The list+watch stream of one resource in one namespace (or cluster-wide), as a producer task.
+
+:func:`stream_events` runs forever and feeds a memory channel with:
+
+1. every object of a LIST, as ``{"type": None, "object": obj}``;
+2. the :data:`LISTED` marker (the listing is complete: e.g. indices are now populated);
+3. ``ADDED``/``MODIFIED``/``DELETED`` events of a WATCH started from the listing's version.
+
+It keeps the latest ``resourceVersion`` seen (from events and from BOOKMARKs) and, whenever a
+watch request ends -- the server closed it, the connection dropped, the client timeout passed,
+or the stream stayed silent for ``inactivity_timeout`` -- it waits ``reconnect_backoff`` and
+resumes watching from that version. Only when the server says that version is gone (HTTP 410,
+or an ``ERROR`` event with code 410) does it LIST again. Any other ``ERROR`` event is fatal
+(:class:`WatchingError`), since retrying it blindly would hide a real problem.
+
+It is a task feeding a channel rather than an async generator, so that no cancel scope is ever
+suspended across a ``yield`` into foreign code.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Final, Literal, NoReturn, TypeAlias, TypedDict, cast
+
+import trio
+
+from trioperator._client.api import APIClient, Logger
+from trioperator._client.errors import APIConnectionError, APIGoneError, APITooManyRequestsError
+from trioperator._client.resources import Resource
+from trioperator._client.settings import WatchingSettings
+from trioperator._wire.watch import WatchLineError, decode_watch_line
+
+__all__ = [
+    "LISTED",
+    "EventType",
+    "LIST_PAGE_SIZE",
+    "Listed",
+    "RawWatchEvent",
+    "WatchHealth",
+    "WatchItem",
+    "WatchingError",
+    "stream_events",
+]
+
+_LOGGER = logging.getLogger(__name__)
+
+LIST_PAGE_SIZE: Final = 500
+"""Objects per page of the initial listing (the page size Kubernetes' own clients use)."""
+
+_EXCERPT = 200
+
+
+class Listed:
+    """The type of :data:`LISTED`: marks the end of a listing in the stream of watch items."""
+
+    _instance: Listed | None = None
+
+    def __new__(cls) -> Listed:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "LISTED"
+
+    def __reduce__(self) -> str:
+        return "LISTED"
+
+
+LISTED: Final = Listed()
+"""Sent after the objects of every (re)listing, before the watch events that follow it."""
+
+
+EventType: TypeAlias = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class RawWatchEvent(TypedDict):
+    """The same shape as the engine's ``RawEvent``: ``type`` is ``None`` for listed objects."""
+
+    type: EventType | None
+    object: dict[str, Any]
+
+
+WatchItem: TypeAlias = RawWatchEvent | Listed
+
+
+class WatchingError(Exception):
+    """The watch stream reported an error that is not a plain "too old version" (410)."""
+
+    def __init__(self, message: str, status: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WatchHealth:
+    """A cheap liveness signal of one watcher, for probes.
+
+    ``last_activity`` is the trio time of the last sign of life from the API server (a listing
+    completed, or any line of the watch stream, bookmarks included); ``alive`` is true while the
+    producer task runs.
+    """
+
+    __slots__ = ("alive", "last_activity", "listings", "reconnects")
+
+    def __init__(self) -> None:
+        self.alive = False
+        self.last_activity = -math.inf
+        self.listings = 0
+        self.reconnects = 0
+
+    def touch(self) -> None:
+        self.last_activity = trio.current_time()
+
+    def silent_for(self) -> float:
+        """Seconds since the last sign of life (``inf`` if there was none yet)."""
+        return trio.current_time() - self.last_activity
+
+
+_FORWARDED: Final = frozenset({"ADDED", "MODIFIED", "DELETED"})
+# A watch ERROR that means "that resourceVersion is too old": list again, do not fail.
+_EXPIRED_REASONS: Final = frozenset({"Expired", "Gone"})
+
+
+def _describe(resource: Resource, namespace: str | None) -> str:
+    return str(resource) if namespace is None else f"{resource} in {namespace!r}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _connect_timeout(api: APIClient, settings: WatchingSettings) -> float | None:
+    if settings.connect_timeout is not None:
+        return settings.connect_timeout
+    if api.settings.connect_timeout is not None:
+        return api.settings.connect_timeout
+    return api.settings.request_timeout
+
+
+async def stream_events(
+    api: APIClient,
+    resource: Resource,
+    namespace: str | None,
+    *,
+    settings: WatchingSettings,
+    send: trio.MemorySendChannel[WatchItem],
+    health: WatchHealth | None = None,
+    logger: Logger | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """List and watch ``resource`` in ``namespace`` (``None``: cluster-wide) forever.
+
+    ``task_status.started()`` is called once the first listing has been fetched, before its
+    objects are sent: the caller can thus ``await nursery.start(...)`` and only then begin
+    receiving, whatever the channel's buffer size. The objects, :data:`LISTED` and the events
+    follow on the channel in order.
+
+    Escalates: :class:`WatchingError` (an ``ERROR`` event other than 410) and API errors that
+    outlived the client's retries (except 429, which only delays the next attempt). Settings are
+    read anew for every request.
+    """
+    log: Logger = logger if logger is not None else _LOGGER
+    health = health if health is not None else WatchHealth()
+    what = _describe(resource, namespace)
+    version: str | None = None
+    started = False
+    health.alive = True
+    try:
+        while True:
+            try:
+                if version is None:
+                    items, version = await api.list_objs(
+                        resource, namespace=namespace, limit=LIST_PAGE_SIZE, logger=logger
+                    )
+                    health.listings += 1
+                    health.touch()
+                    if not started:
+                        task_status.started()
+                        started = True
+                    for obj in items:
+                        await send.send({"type": None, "object": obj})
+                    del items
+                    await send.send(LISTED)
+                version = await _watch_once(
+                    api, resource, namespace, version, settings, send, health, log, what
+                )
+            except APIGoneError:
+                log.debug(f"Watch-stream for {what} is gone (HTTP 410); listing again.")
+                version = None
+            except APITooManyRequestsError as exc:
+                # The retries are exhausted, but a watcher must not die of throttling.
+                log.warning(f"Watch-stream for {what} is throttled; trying again: {exc!r}")
+            health.reconnects += 1
+            await trio.sleep(settings.reconnect_backoff)
+    finally:
+        health.alive = False
+
+
+async def _watch_once(
+    api: APIClient,
+    resource: Resource,
+    namespace: str | None,
+    version: str,
+    settings: WatchingSettings,
+    send: trio.MemorySendChannel[WatchItem],
+    health: WatchHealth,
+    log: Logger,
+    what: str,
+) -> str | None:
+    """Run one watch request from ``version``; return the version to resume from.
+
+    ``None`` means the version is too old and the resource must be listed again.
+    """
+    params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": version}
+    if settings.server_timeout is not None:
+        params["timeoutSeconds"] = str(max(1, math.ceil(settings.server_timeout)))
+    inactivity = settings.inactivity_timeout
+    client_timeout = settings.client_timeout
+
+    # Two deadlines: one fixed for the whole request (client_timeout), one that moves with
+    # every line received (inactivity). The inactivity one also covers establishing the
+    # request, so a server that accepts the connection but never answers is noticed too.
+    with trio.CancelScope() as overall, trio.CancelScope() as silence:
+        if client_timeout is not None:
+            overall.deadline = trio.current_time() + client_timeout
+        if inactivity is not None:
+            silence.deadline = trio.current_time() + inactivity
+        established = False
+        try:
+            async with api.stream(
+                resource.get_url(namespace=namespace),
+                params=params,
+                connect_timeout=_connect_timeout(api, settings),
+                logger=log,
+            ) as lines:
+                established = True
+                async for line in lines:
+                    health.touch()
+                    if inactivity is not None:
+                        silence.deadline = trio.current_time() + inactivity
+                    try:
+                        event = decode_watch_line(line)
+                    except WatchLineError as exc:
+                        log.warning(
+                            f"Skipping an undecodable line in the watch-stream of {what}: {exc}"
+                        )
+                        continue
+
+                    obj = event.object
+                    kind = event.type
+                    if kind in _FORWARDED:
+                        # A slow consumer is not a silent server: no inactivity while sending.
+                        # If a timeout cancels the send, nothing was sent and the version
+                        # stays put, so the event comes again after the reconnection.
+                        silence.deadline = math.inf
+                        await send.send({"type": cast(EventType, kind), "object": obj})
+                        version = _version_of(obj) or version
+                        if inactivity is not None:
+                            silence.deadline = trio.current_time() + inactivity
+                    elif kind == "BOOKMARK":
+                        version = _version_of(obj) or version
+                    elif kind == "ERROR":
+                        if obj.get("code") == 410 or obj.get("reason") in _EXPIRED_REASONS:
+                            log.debug(f"Watch-stream for {what} expired: {obj.get('message')}")
+                            return None
+                        raise WatchingError(
+                            f"Error in the watch-stream of {what}: {obj.get('message') or obj}",
+                            status=obj,
+                        )
+                    else:
+                        log.warning(
+                            f"Ignoring an unsupported event type {kind!r}"
+                            f" in the watch-stream of {what}."
+                        )
+        except APIConnectionError as exc:
+            # Failing to establish the stream was already retried by the client: escalate.
+            # A stream that broke after it was established is simply resumed.
+            if not established:
+                raise
+            log.debug(f"Watch-stream for {what} was interrupted: {exc}")
+            return version
+    if silence.cancelled_caught:
+        log.warning(
+            f"Watch-stream for {what} is inactive for {_seconds(inactivity or 0)} seconds;"
+            " reconnecting."
+        )
+    elif overall.cancelled_caught:
+        log.debug(f"Watch-stream for {what} reached the client timeout; reconnecting.")
+    return version
+
+
+def _version_of(obj: dict[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        value = meta.get("resourceVersion")
+        if isinstance(value, str) and value:
+            return value
+    return None

@@ -1,0 +1,235 @@
+"""The last-handled configuration ("diff-base"): what an object looked like when last handled.
+
+Changes are detected by comparing the object's *essence* now with the essence stored when its
+previous change was fully handled. The essence is what a user means by the object: everything
+but the system-managed parts. Precisely (the same as Kopf, so both agree on what changed):
+
+* ``apiVersion``, ``kind``, ``status`` and all of ``metadata`` are dropped, except
+  ``metadata.labels`` and ``metadata.annotations``;
+* from the annotations, ``kubectl.kubernetes.io/last-applied-configuration`` and all annotations
+  under prefixes of Kopf-based operators (see ``conventions``) are dropped, and so are the
+  storage's own keys;
+* fields that handlers watch explicitly (``extra_fields``, e.g. ``status.phase`` for a
+  ``field='status.phase'`` handler) are put back from the body;
+* emptied ``metadata.annotations``/``labels``, ``metadata`` and ``status`` are removed;
+* finally, the storage's ``ignored_fields`` are removed (with parents they leave empty).
+
+Kopf stores it as compact JSON plus a newline in the annotation
+``kopf.zalando.org/last-handled-configuration``, or, with ``StatusDiffBaseStorage``, as a JSON
+string (no newline) in ``status.kopf.last-handled-configuration``. The key order of the JSON
+follows from the steps above and matches Kopf's.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import json
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, TypeAlias
+
+from trioperator._engine.bodies import Body
+from trioperator._engine.conventions import (
+    DEFAULT_PREFIX,
+    KUBECTL_LAST_APPLIED,
+    FieldPath,
+    FieldSpec,
+    StorageKeyFormingConvention,
+    StorageKeyMarkingConvention,
+    StorageStanzaCleaner,
+    cherrypick_fields,
+    parse_field,
+    remove_field,
+    resolve_field,
+    set_field_if_changed,
+)
+from trioperator._engine.patches import Patch
+
+__all__ = [
+    "AnnotationsDiffBaseStorage",
+    "BodyEssence",
+    "DiffBaseStorage",
+    "MultiDiffBaseStorage",
+    "StatusDiffBaseStorage",
+]
+
+BodyEssence: TypeAlias = dict[str, Any]
+"""An object reduced to what counts for change detection (JSON-compatible, nested dicts)."""
+
+_IMPLICIT_METADATA = ("metadata.labels", "metadata.annotations")
+_DROPPED_TOP_LEVEL = ("apiVersion", "kind", "metadata", "status")
+
+
+def _encode(essence: Mapping[str, Any]) -> str:
+    return json.dumps(essence, separators=(",", ":"))
+
+
+def _decode(encoded: Any) -> BodyEssence | None:
+    """Parse a stored essence; ``None`` if there is none (absent, or not a string/JSON object).
+
+    Invalid JSON raises instead: taking it for "never handled" would re-run creation handlers.
+    Surrounding whitespace, such as the trailing newline, is fine for ``json.loads``.
+    """
+    if not isinstance(encoded, str):
+        return None
+    decoded = json.loads(encoded)
+    return decoded if isinstance(decoded, dict) else None
+
+
+class DiffBaseStorage(StorageKeyMarkingConvention, StorageStanzaCleaner, abc.ABC):
+    """The interface of all diff-base storages, and the essence building they share.
+
+    ``ignored_fields`` (dotted strings, tuples or lists) are excluded from the essence: changes
+    there never trigger update handlers.
+    """
+
+    def __init__(self, ignored_fields: Iterable[FieldSpec] | None = None) -> None:
+        super().__init__()
+        self.ignored_fields: list[FieldSpec] = list(ignored_fields or [])
+
+    def build(self, *, body: Body, extra_fields: Iterable[FieldSpec] | None = None) -> BodyEssence:
+        """The essence of the object: only the fields whose changes matter (see the module)."""
+        essence: BodyEssence = copy.deepcopy(dict(body))
+        for key in _DROPPED_TOP_LEVEL:
+            essence.pop(key, None)
+
+        cherrypick_fields(body, essence, _IMPLICIT_METADATA)
+        metadata = essence.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        if isinstance(annotations, dict):
+            kopf_prefixes = self.detect_marked_prefixes(annotations)
+            for name in list(annotations):
+                prefix, slash, _ = name.partition("/")
+                if name == KUBECTL_LAST_APPLIED or (slash and prefix in kopf_prefixes):
+                    del annotations[name]
+
+        cherrypick_fields(body, essence, extra_fields)
+        self.remove_empty_stanzas(essence)
+
+        for field in self.ignored_fields:
+            try:
+                remove_field(essence, field)
+            except TypeError:
+                pass  # a non-dict on the way: the field cannot be there
+        return essence
+
+    @abc.abstractmethod
+    def fetch(self, *, body: Body) -> BodyEssence | None:
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def store(self, *, body: Body, patch: Patch, essence: BodyEssence) -> None:
+        raise NotImplementedError
+
+
+class AnnotationsDiffBaseStorage(StorageKeyFormingConvention, DiffBaseStorage):
+    """The essence as compact JSON with a trailing newline in the annotation ``prefix/key``.
+
+    (The newline keeps ``kubectl``'s output readable, as with its own last-applied annotation.)
+    """
+
+    def __init__(
+        self,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        key: str = "last-handled-configuration",
+        ignored_fields: Iterable[FieldSpec] | None = None,
+        v1: bool = True,
+    ) -> None:
+        super().__init__(prefix=prefix, v1=v1, ignored_fields=ignored_fields)
+        self.key = key
+
+    def build(self, *, body: Body, extra_fields: Iterable[FieldSpec] | None = None) -> BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        # Our own key must go even when the prefix is not (yet) recognised as Kopf-managed.
+        self.remove_annotations(essence, set(self.make_keys(self.key, body=body)))
+        self.remove_empty_stanzas(essence)
+        return essence
+
+    def fetch(self, *, body: Body) -> BodyEssence | None:
+        for name in self.make_keys(self.key, body=body):
+            essence = _decode(resolve_field(body, ("metadata", "annotations", name), None))
+            if essence is not None:
+                return essence
+        return None
+
+    def store(self, *, body: Body, patch: Patch, essence: BodyEssence) -> None:
+        encoded = _encode(essence) + "\n"
+        for name in self.make_keys(self.key, body=body):
+            field = ("metadata", "annotations", name)
+            set_field_if_changed(body=body, patch=patch, field=field, value=encoded)
+        self.store_marker(prefix=self.prefix, patch=patch, body=body)
+
+
+class StatusDiffBaseStorage(DiffBaseStorage):
+    """The essence as a compact JSON string (no newline) in a status field.
+
+    A string rather than a nested dict: a merge-patch of a dict would merge with the old
+    essence instead of replacing it.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "kopf",
+        field: FieldSpec = "status.{name}.last-handled-configuration",
+        ignored_fields: Iterable[FieldSpec] | None = None,
+    ) -> None:
+        super().__init__(ignored_fields=ignored_fields)
+        self._name = name
+        self._field = self._format(field)
+
+    def _format(self, field: FieldSpec) -> FieldPath:
+        return parse_field(field.format(name=self._name) if isinstance(field, str) else field)
+
+    @property
+    def field(self) -> FieldPath:
+        return self._field
+
+    @field.setter
+    def field(self, field: FieldSpec) -> None:
+        self._field = self._format(field)
+
+    def build(self, *, body: Body, extra_fields: Iterable[FieldSpec] | None = None) -> BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        try:
+            remove_field(essence, self.field)  # if restored as (a part of) an extra field
+        except TypeError:
+            pass
+        return essence
+
+    def fetch(self, *, body: Body) -> BodyEssence | None:
+        return _decode(resolve_field(body, self.field, None))
+
+    def store(self, *, body: Body, patch: Patch, essence: BodyEssence) -> None:
+        set_field_if_changed(body=body, patch=patch, field=self.field, value=_encode(essence))
+
+
+class MultiDiffBaseStorage(DiffBaseStorage):
+    """Several storages at once: read from the first that has an essence, write to all.
+
+    This is the way to move an operator from one storage to another (new one first).
+    """
+
+    def __init__(self, storages: Collection[DiffBaseStorage]) -> None:
+        super().__init__()
+        self.storages = list(storages)
+
+    def build(self, *, body: Body, extra_fields: Iterable[FieldSpec] | None = None) -> BodyEssence:
+        extra = list(extra_fields or [])  # used repeatedly: an iterator would run out
+        essence = super().build(body=body, extra_fields=extra)
+        # Each storage removes its own fields too; what is left of the body is its input.
+        for storage in self.storages:
+            essence = storage.build(body=Body(essence), extra_fields=extra)
+        return essence
+
+    def fetch(self, *, body: Body) -> BodyEssence | None:
+        for storage in self.storages:
+            essence = storage.fetch(body=body)
+            if essence is not None:
+                return essence
+        return None
+
+    def store(self, *, body: Body, patch: Patch, essence: BodyEssence) -> None:
+        for storage in self.storages:
+            storage.store(body=body, patch=patch, essence=essence)

@@ -1,0 +1,522 @@
+"""The registry of handlers, and the queries the runtime asks it.
+
+``OperatorRegistry`` holds every handler an operator declared, by kind; decorators fill the
+default one unless given ``registry=``. Lookups per (kind, resource) are cached because they are
+asked on every watch event while registrations happen only at import time (and sub-handlers live
+in their own short-lived ``SubRegistry``).
+
+Sub-handlers: before invoking a resource-changing handler, the runtime opens
+``collect_subhandlers(handler)`` (or sets ``subregistry_var`` itself); ``kopf.subhandler()`` and
+``kopf.register()`` called by the handler then add ``parent/child`` handlers to that
+``SubRegistry``, which the runtime reads after the handler returns. Sync handlers see the same
+``SubRegistry`` object through the context copied into their worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import Any, TypeVar, cast
+
+from trioperator._client.resources import Resource
+from trioperator._engine.filters import FieldPath, KwargsSource, match, prematch
+from trioperator._engine.handlers import (
+    Activity,
+    ActivityHandler,
+    BaseHandler,
+    ChangingHandler,
+    DaemonHandler,
+    IndexingHandler,
+    ResourceHandler,
+    SpawningHandler,
+    TimerHandler,
+    WatchingHandler,
+    WebhookHandler,
+    WebhookType,
+)
+from trioperator._engine.ids import HandlerId
+from trioperator._engine.reasons import HANDLER_REASONS, Reason
+from trioperator._engine.selectors import Selector, ServedResources, resolve_resources
+
+__all__ = [
+    "OperatorRegistry",
+    "SubRegistry",
+    "collect_subhandlers",
+    "current_subregistry",
+    "get_default_registry",
+    "set_default_registry",
+    "subregistry_var",
+]
+
+H = TypeVar("H", bound=BaseHandler)
+
+# Each handler belongs to exactly one of these categories (subclasses go with their base).
+_CATEGORIES: tuple[type[BaseHandler], ...] = (
+    ActivityHandler,
+    WatchingHandler,
+    ChangingHandler,
+    SpawningHandler,
+    IndexingHandler,
+    WebhookHandler,
+)
+
+
+def _category_of(kind: type[BaseHandler]) -> type[BaseHandler]:
+    for category in _CATEGORIES:
+        if issubclass(kind, category):
+            return category
+    raise TypeError(f"Unsupported handler kind: {kind!r}")
+
+
+def _is_deleted(body: Any) -> bool:
+    try:
+        return bool(body.get("metadata", {}).get("deletionTimestamp"))
+    except AttributeError:
+        return False
+
+
+def _dedup_key(handler: BaseHandler) -> tuple[HandlerId, object]:
+    # The same function registered by several decorators (e.g. on.create + on.resume) must run
+    # once per cause. Bound methods are new objects on each access but compare equal, so use
+    # the function itself as the key where it is hashable.
+    fn: object = handler.fn
+    try:
+        hash(fn)
+    except TypeError:
+        fn = id(fn)
+    return handler.id, fn
+
+
+def _fits_cause(
+    handler: ChangingHandler,
+    *,
+    reason: Reason,
+    initial: bool,
+    deleted: bool,
+) -> bool:
+    if handler.reason is not None and handler.reason != reason:
+        return False
+    if handler.initial and not initial:
+        return False  # resuming happens only while the object is first seen by this process
+    # Resume handlers may allocate what delete handlers free; so no resuming of deleted objects,
+    # unless explicitly declared safe.
+    return not (handler.initial and deleted and not handler.deleted)
+
+
+def _select_changing(
+    handlers: Iterable[ChangingHandler],
+    *,
+    reason: Reason,
+    body: Any,
+    old: Any,
+    new: Any,
+    diff: Any,
+    initial: bool,
+    deleted: bool | None,
+    kwargs: KwargsSource,
+    excluded: Collection[str],
+) -> list[ChangingHandler]:
+    if reason not in HANDLER_REASONS:
+        return []  # informational causes (noop, free, gone) have no handlers
+    real_deleted = _is_deleted(body) if deleted is None else deleted
+    selected: list[ChangingHandler] = []
+    seen: set[tuple[HandlerId, object]] = set()
+    for handler in handlers:
+        if handler.id in excluded:
+            continue
+        if not _fits_cause(handler, reason=reason, initial=initial, deleted=real_deleted):
+            continue
+        key = _dedup_key(handler)
+        if key in seen:
+            continue
+        if match(handler, body=body, old=old, new=new, diff=diff, kwargs=kwargs):
+            seen.add(key)
+            selected.append(handler)
+    return selected
+
+
+def _select_matching(
+    handlers: Iterable[H],
+    *,
+    body: Any,
+    kwargs: KwargsSource,
+    excluded: Collection[str] = (),
+) -> list[H]:
+    selected: list[H] = []
+    seen: set[tuple[HandlerId, object]] = set()
+    for handler in handlers:
+        if handler.id in excluded:
+            continue
+        key = _dedup_key(handler)
+        if key in seen:
+            continue
+        assert isinstance(handler, ResourceHandler)
+        if match(handler, body=body, kwargs=kwargs):
+            seen.add(key)
+            selected.append(handler)
+    return selected
+
+
+class OperatorRegistry:
+    """All handlers of an operator: activities and resource handlers of every kind."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[type[BaseHandler], list[BaseHandler]] = {c: [] for c in _CATEGORIES}
+        self._cache: dict[tuple[type[BaseHandler], Resource | None], tuple[BaseHandler, ...]] = {}
+
+    def __repr__(self) -> str:
+        counts = ", ".join(
+            f"{category.__name__}={len(handlers)}"
+            for category, handlers in self._handlers.items()
+            if handlers
+        )
+        return f"<{type(self).__name__} {counts or 'empty'}>"
+
+    def __len__(self) -> int:
+        """How many handlers of all kinds are registered."""
+        return sum(len(handlers) for handlers in self._handlers.values())
+
+    # -------------------------------------------------------------------------- registration
+
+    def append(self, handler: BaseHandler) -> None:
+        """Add a handler (decorators do this); the order of registration is kept."""
+        if not isinstance(handler, BaseHandler):
+            raise TypeError(f"Only handlers can be registered, got {handler!r}.")
+        self._handlers[_category_of(type(handler))].append(handler)
+        self._cache.clear()
+
+    # ------------------------------------------------------------------------------ plain lookups
+
+    def get_handlers(self, kind: type[H], resource: Resource | None = None) -> Sequence[H]:
+        """Handlers of a kind (a handler class, e.g. ``DaemonHandler``), in registration order.
+
+        With ``resource``, only those whose selector accepts that resource.
+        """
+        key: tuple[type[BaseHandler], Resource | None] = (kind, resource)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = tuple(
+                handler
+                for handler in self._handlers[_category_of(kind)]
+                if isinstance(handler, kind)
+                and (
+                    resource is None
+                    or not isinstance(handler, ResourceHandler)
+                    or handler.selector is None
+                    or handler.selector.check(resource)
+                )
+            )
+            self._cache[key] = cached
+        return cast(tuple[H, ...], cached)
+
+    def has_handlers(self, kind: type[BaseHandler], resource: Resource | None = None) -> bool:
+        return bool(self.get_handlers(kind, resource))
+
+    def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
+        return [h for h in self.get_handlers(ActivityHandler) if h.activity == activity]
+
+    def has_activity_handlers(self, activity: Activity) -> bool:
+        return any(h.activity == activity for h in self.get_handlers(ActivityHandler))
+
+    def has_watching_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(WatchingHandler, resource)
+
+    def has_changing_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(ChangingHandler, resource)
+
+    def has_spawning_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(SpawningHandler, resource)
+
+    def has_daemon_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(DaemonHandler, resource)
+
+    def has_timer_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(TimerHandler, resource)
+
+    def has_indexing_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(IndexingHandler, resource)
+
+    def has_webhook_handlers(self, resource: Resource) -> bool:
+        return self.has_handlers(WebhookHandler, resource)
+
+    def get_extra_fields(self, resource: Resource) -> frozenset[FieldPath]:
+        """Fields that changing handlers watch: the diff-base must keep them in the essence
+        even where it normally ignores a stanza (e.g. ``field='status.phase'``)."""
+        return frozenset(
+            handler.field
+            for handler in self.get_handlers(ChangingHandler, resource)
+            if handler.field is not None
+        )
+
+    # ------------------------------------------------------------------------------- selectors
+
+    def get_selectors(self, kind: type[ResourceHandler] = ResourceHandler) -> frozenset[Selector]:
+        """Selectors of resource handlers of that kind (of all kinds by default)."""
+        selectors: set[Selector] = set()
+        for category in _CATEGORIES:
+            if issubclass(category, ResourceHandler):
+                for handler in self._handlers[category]:
+                    if isinstance(handler, kind):
+                        assert isinstance(handler, ResourceHandler)
+                        if handler.selector is not None:
+                            selectors.add(handler.selector)
+        return frozenset(selectors)
+
+    @property
+    def selectors(self) -> frozenset[Selector]:
+        """All selectors of all resource handlers: what discovery must look for."""
+        return self.get_selectors()
+
+    def resolve_resources(self, resources: Collection[Resource]) -> ServedResources:
+        """What to serve among the discovered resources, and the warnings to log."""
+        return resolve_resources(
+            resources,
+            watching=self.get_selectors(WatchingHandler),
+            changing=self.get_selectors(ChangingHandler),
+            spawning=self.get_selectors(SpawningHandler),
+            indexing=self.get_selectors(IndexingHandler),
+            webhooks=self.get_selectors(WebhookHandler),
+        )
+
+    # ------------------------------------------------------------------------ filtered queries
+
+    def iter_watching_handlers(
+        self,
+        *,
+        resource: Resource,
+        body: Any,
+        kwargs: KwargsSource,
+    ) -> list[WatchingHandler]:
+        """``on.event`` handlers matching this object now."""
+        handlers = self.get_handlers(WatchingHandler, resource)
+        return _select_matching(handlers, body=body, kwargs=kwargs)
+
+    def iter_indexing_handlers(
+        self,
+        *,
+        resource: Resource,
+        body: Any,
+        kwargs: KwargsSource,
+    ) -> list[IndexingHandler]:
+        """Indexers matching this object now (the others must drop its values)."""
+        handlers = self.get_handlers(IndexingHandler, resource)
+        return _select_matching(handlers, body=body, kwargs=kwargs)
+
+    def iter_spawning_handlers(
+        self,
+        *,
+        resource: Resource,
+        body: Any,
+        kwargs: KwargsSource,
+        excluded: Collection[str] = (),
+    ) -> list[SpawningHandler]:
+        """Daemons/timers matching this object now (to spawn; running others are to be stopped).
+
+        ``excluded``: ids not to consider, e.g. daemons that exited for good.
+        """
+        handlers = self.get_handlers(SpawningHandler, resource)
+        return _select_matching(handlers, body=body, kwargs=kwargs, excluded=excluded)
+
+    def iter_changing_handlers(
+        self,
+        *,
+        resource: Resource,
+        reason: Reason,
+        body: Any,
+        old: Any,
+        new: Any,
+        diff: Any,
+        initial: bool,
+        kwargs: KwargsSource,
+        deleted: bool | None = None,
+        excluded: Collection[str] = (),
+    ) -> list[ChangingHandler]:
+        """Resource-changing handlers for a detected cause, filtered and de-duplicated.
+
+        ``reason`` is the detected cause; handlers declared for any cause (resume, field) are
+        mixed in. ``initial`` is true while the object is first seen by this process (enables
+        resume handlers). ``deleted`` defaults to whether ``body`` has a deletion timestamp.
+        ``old``/``new`` are the whole-object essences of the cause (``old`` is ``None`` on
+        creation). The same function under the same id is returned once.
+        """
+        return _select_changing(
+            self.get_handlers(ChangingHandler, resource),
+            reason=reason,
+            body=body,
+            old=old,
+            new=new,
+            diff=diff,
+            initial=initial,
+            deleted=deleted,
+            kwargs=kwargs,
+            excluded=excluded,
+        )
+
+    def iter_webhook_handlers(
+        self,
+        *,
+        resource: Resource,
+        body: Any,
+        kwargs: KwargsSource,
+        webhook_type: WebhookType | None = None,
+        webhook_id: str | None = None,
+        operation: str | None = None,
+        subresource: str | None = None,
+    ) -> list[WebhookHandler]:
+        """Admission handlers for one admission request.
+
+        ``webhook_id`` narrows to the handler addressed by the request's URL path.
+        ``operation``/``subresource`` come from the request (``subresource=None``: main body).
+        """
+        selected: list[WebhookHandler] = []
+        for handler in self.get_handlers(WebhookHandler, resource):
+            if webhook_type is not None and handler.reason != webhook_type:
+                continue
+            if webhook_id is not None and handler.id != webhook_id:
+                continue
+            operations = handler.operations
+            if operation is not None and operations is not None and operation not in operations:
+                continue
+            if handler.subresource is None:
+                if subresource is not None:
+                    continue
+            elif handler.subresource != "*" and handler.subresource != subresource:
+                continue
+            selected.append(handler)
+        return _select_matching(selected, body=body, kwargs=kwargs)
+
+    def requires_finalizer(
+        self,
+        *,
+        resource: Resource,
+        body: Any,
+        kwargs: KwargsSource,
+        excluded: Collection[str] = (),
+    ) -> bool:
+        """Whether this object needs our finalizer: some matching non-optional delete handler,
+        or some matching daemon/timer (to stop it before the object is gone).
+
+        Filters are checked against the current body only. ``excluded``: ids to disregard,
+        e.g. daemons that exited for good.
+        """
+        candidates: list[ChangingHandler | SpawningHandler] = [
+            *self.get_handlers(ChangingHandler, resource),
+            *self.get_handlers(SpawningHandler, resource),
+        ]
+        for handler in candidates:
+            if not handler.requires_finalizer or handler.id in excluded:
+                continue
+            if prematch(handler, body=body, kwargs=kwargs):
+                return True
+        return False
+
+
+# ------------------------------------------------------------------------------- sub-handlers
+
+
+class SubRegistry:
+    """The sub-handlers declared by one invocation of a resource-changing handler."""
+
+    def __init__(self, parent: ChangingHandler) -> None:
+        self.parent = parent
+        self._handlers: list[ChangingHandler] = []
+
+    def __repr__(self) -> str:
+        return f"<SubRegistry of {self.parent.id!r}: {[h.id for h in self._handlers]!r}>"
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def __iter__(self) -> Iterator[ChangingHandler]:
+        return iter(self._handlers)
+
+    @property
+    def handlers(self) -> tuple[ChangingHandler, ...]:
+        return tuple(self._handlers)
+
+    @property
+    def ids(self) -> tuple[HandlerId, ...]:
+        """The ids to remember as the parent's sub-references (to purge their state later)."""
+        return tuple(handler.id for handler in self._handlers)
+
+    def append(self, handler: ChangingHandler) -> None:
+        if not isinstance(handler, ChangingHandler):
+            raise TypeError(f"Sub-handlers must be resource-changing handlers, got {handler!r}.")
+        self._handlers.append(handler)
+
+    def iter_handlers(
+        self,
+        *,
+        reason: Reason,
+        body: Any,
+        old: Any,
+        new: Any,
+        diff: Any,
+        initial: bool,
+        kwargs: KwargsSource,
+        deleted: bool | None = None,
+        excluded: Collection[str] = (),
+    ) -> list[ChangingHandler]:
+        """The sub-handlers to run for the parent's cause, filtered and de-duplicated."""
+        return _select_changing(
+            self._handlers,
+            reason=reason,
+            body=body,
+            old=old,
+            new=new,
+            diff=diff,
+            initial=initial,
+            deleted=deleted,
+            kwargs=kwargs,
+            excluded=excluded,
+        )
+
+
+subregistry_var: contextvars.ContextVar[SubRegistry] = contextvars.ContextVar(
+    "trioperator.subregistry"
+)
+"""The sub-registry of the resource-changing handler running in this context (if any)."""
+
+
+def current_subregistry() -> SubRegistry:
+    """The running handler's sub-registry, or a clear error when called outside of a handler."""
+    try:
+        return subregistry_var.get()
+    except LookupError:
+        raise RuntimeError(
+            "Sub-handlers can be declared (kopf.subhandler/kopf.register) only while "
+            "a resource-changing handler is running."
+        ) from None
+
+
+@contextlib.contextmanager
+def collect_subhandlers(parent: ChangingHandler) -> Iterator[SubRegistry]:
+    """Make a fresh ``SubRegistry`` current for the duration of the parent's invocation."""
+    subregistry = SubRegistry(parent)
+    token = subregistry_var.set(subregistry)
+    try:
+        yield subregistry
+    finally:
+        subregistry_var.reset(token)
+
+
+# ---------------------------------------------------------------------------- default registry
+
+_default_registry: OperatorRegistry | None = None
+
+
+def get_default_registry() -> OperatorRegistry:
+    """The registry that decorators and the operator use unless given one explicitly."""
+    global _default_registry
+    if _default_registry is None:
+        _default_registry = OperatorRegistry()
+    return _default_registry
+
+
+def set_default_registry(registry: OperatorRegistry) -> None:
+    """Replace the default registry (e.g. for isolation in tests or several operators)."""
+    global _default_registry
+    if not isinstance(registry, OperatorRegistry):
+        raise TypeError(f"Expected an OperatorRegistry, got {registry!r}.")
+    _default_registry = registry

@@ -1,0 +1,112 @@
+"""The patch applier: everything one processing cycle produced, in the fewest API calls.
+
+Order: (1) merge-patch of the body, (2) merge-patch of the ``status`` subresource when the
+resource has one, (3) a JSON-patch built from the transformation functions against the
+freshest body we know, guarded by a ``test`` of ``metadata.resourceVersion`` (so a concurrent
+change makes it fail with 422 instead of overwriting someone else's edit). On 422 the
+functions are kept and retried on the next cycle, against the newer state.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from trioperator._client.api import APIClient
+from trioperator._client.errors import APINotFoundError, APIUnprocessableEntityError
+from trioperator._client.resources import Resource
+from trioperator._engine.bodies import RawBody
+from trioperator._engine.patches import Patch, PatchFn, build_json_patch, split_json_patch_status
+
+
+@dataclass
+class PatchResult:
+    """What the API server said after applying one cycle's patch."""
+
+    resource_version: str | None = None
+    """The version of our last successful write (to be awaited on the stream), if any."""
+
+    body: RawBody | None = None
+    """The freshest body returned by the API, if anything was written."""
+
+    remaining_fns: list[PatchFn] = field(default_factory=list)
+    """Transformation functions rejected by a failed ``test`` (422), to retry next cycle."""
+
+    gone: bool = False
+    """The object disappeared (404) while we were patching it."""
+
+
+def _split_status(patch: Patch, resource: Resource) -> tuple[dict[str, Any], dict[str, Any]]:
+    body_patch = dict(patch)
+    if "status" in resource.subresources and "status" in body_patch:
+        status = body_patch.pop("status")
+        return body_patch, {"status": status}
+    return body_patch, {}
+
+
+async def apply_patch(
+    api: APIClient,
+    *,
+    resource: Resource,
+    body: RawBody,
+    patch: Patch,
+    logger: logging.LoggerAdapter[logging.Logger] | logging.Logger,
+) -> PatchResult:
+    """Apply ``patch`` to the object ``body`` describes; make no API call for an empty patch."""
+    result = PatchResult()
+    if not patch:
+        return result
+    metadata = body.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    name = metadata["name"]
+    freshest = body
+    body_patch, status_patch = _split_status(patch, resource)
+    try:
+        if body_patch:
+            logger.debug(f"Patching with: {body_patch!r}")
+            freshest = await api.patch(resource, namespace=namespace, name=name, payload=body_patch)
+        if status_patch:
+            logger.debug(f"Patching the status with: {status_patch!r}")
+            freshest = await api.patch(
+                resource, namespace=namespace, name=name, payload=status_patch, subresource="status"
+            )
+        if patch.fns:
+            rv = (freshest.get("metadata") or {}).get("resourceVersion")
+            ops = build_json_patch(freshest, patch.fns, resource_version=rv)
+            main_ops, status_ops = (
+                split_json_patch_status(ops) if "status" in resource.subresources else (ops, [])
+            )
+            try:
+                if main_ops:
+                    logger.debug(f"Patching with JSON-patch: {main_ops!r}")
+                    freshest = await api.patch(
+                        resource, namespace=namespace, name=name, payload=main_ops, json_patch=True
+                    )
+                if status_ops:
+                    if main_ops and status_ops[0].get("op") == "test":
+                        # The first part changed the version: guard against later changes only.
+                        new_rv = (freshest.get("metadata") or {}).get("resourceVersion")
+                        status_ops[0] = {**status_ops[0], "value": new_rv}
+                    logger.debug(f"Patching the status with JSON-patch: {status_ops!r}")
+                    freshest = await api.patch(
+                        resource,
+                        namespace=namespace,
+                        name=name,
+                        payload=status_ops,
+                        json_patch=True,
+                        subresource="status",
+                    )
+            except APIUnprocessableEntityError as exc:
+                logger.debug(
+                    f"JSON-patch was rejected ({exc}); the changes will be retried next time."
+                )
+                result.remaining_fns = list(patch.fns)
+    except APINotFoundError:
+        logger.debug("Patching failed: the object is gone (404).")
+        result.gone = True
+        return result
+    if freshest is not body:
+        result.body = freshest
+        result.resource_version = (freshest.get("metadata") or {}).get("resourceVersion")
+    return result

@@ -1,0 +1,43 @@
+"""Per-object loggers: every line about an object says which object, as ``[namespace/name]``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import MutableMapping
+from typing import Any
+
+OBJECTS_LOGGER_NAME = "trioperator.objects"
+
+
+class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes messages with ``[namespace/name]`` and attaches a reference to the object.
+
+    The reference (``record.k8s_ref``) lets structured formatters and the event poster find
+    the object without parsing the message.
+    """
+
+    def __init__(self, body: MapLike, *, logger: logging.Logger | None = None) -> None:
+        metadata = body.get("metadata") or {}
+        namespace = metadata.get("namespace")
+        name = metadata.get("name")
+        self.prefix = f"[{namespace}/{name}]" if namespace else f"[{name}]"
+        self.ref = {
+            "apiVersion": body.get("apiVersion"),
+            "kind": body.get("kind"),
+            "name": name,
+            "uid": metadata.get("uid"),
+            "namespace": namespace,
+        }
+        super().__init__(logger or logging.getLogger(OBJECTS_LOGGER_NAME), {"k8s_ref": self.ref})
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = dict(kwargs.get("extra") or {})
+        extra.setdefault("k8s_ref", self.ref)
+        extra.setdefault("k8s_prefix", self.prefix)
+        kwargs["extra"] = extra
+        return f"{self.prefix} {msg}", kwargs
+
+
+MapLike = Any

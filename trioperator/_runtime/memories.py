@@ -1,0 +1,64 @@
+"""What the operator remembers about each object between events, for as long as it exists.
+
+A worker may idle out and be re-created many times for one object; its memory stays until the
+object is gone (DELETED). Nothing here is persisted: on-cluster state lives in annotations.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from trioperator._engine.patches import PatchFn
+
+
+@dataclasses.dataclass
+class ObjectMemory:
+    memo: Any
+    """The per-object memo: a shallow copy of the operator's memo, made on first sight."""
+
+    noticed_by_listing: bool = False
+    """First seen in the initial listing (the object existed before the operator started)."""
+
+    fully_handled_once: bool = False
+    """All changing handlers of some cause finished in this process (ends resume handling)."""
+
+    pending_fns: list[PatchFn] = dataclasses.field(default_factory=list)
+    """Transformation functions rejected with 422, carried to the next cycle."""
+
+    expected_version: str | None = None
+    """The ``resourceVersion`` of our own last patch, until it comes back on the stream."""
+
+    consistency_deadline: float = 0.0
+    """After this trio time, stop waiting for ``expected_version`` and assume consistency."""
+
+    error_count: int = 0
+    """Consecutive unexpected errors, to pick the throttling delay."""
+
+    released: bool = False
+    """Our finalizer was removed from the object marked for deletion: nothing more to do."""
+
+
+class Memories:
+    """The memories of one watcher's objects, keyed by uid (or a synthetic key)."""
+
+    def __init__(self, memo: Any) -> None:
+        self._memo = memo
+        self._items: dict[str, ObjectMemory] = {}
+
+    def recall(self, key: str, *, noticed_by_listing: bool = False) -> ObjectMemory:
+        memory = self._items.get(key)
+        if memory is None:
+            memory = ObjectMemory(memo=copy.copy(self._memo), noticed_by_listing=noticed_by_listing)
+            self._items[key] = memory
+        return memory
+
+    def forget(self, key: str) -> None:
+        self._items.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items

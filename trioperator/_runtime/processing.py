@@ -1,0 +1,356 @@
+"""One processing cycle of one object: from its newest state to handlers and back to the API.
+
+The decisions (which cause, which handlers, what to store) are the engine's; this module
+sequences them, runs the handlers and applies the single patch the cycle produced.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from trioperator._engine.bodies import Body, RawBody, RawEvent
+from trioperator._engine.causes import (
+    ChangingCause,
+    WatchingCause,
+    cause_initial,
+    detect_changing_cause,
+)
+from trioperator._engine.diffs import Diff
+from trioperator._engine.diffs import diff as make_diff
+from trioperator._engine.errors import ErrorsMode
+from trioperator._engine.finalizers import (
+    RemoveFinalizer,
+    allow_deletion,
+    block_deletion,
+    is_deletion_blocked,
+    is_deletion_ongoing,
+)
+from trioperator._engine.handlers import ChangingHandler
+from trioperator._engine.patches import Patch
+from trioperator._engine.progression import HandlerState, State, deliver_results, format_iso8601
+from trioperator._engine.reasons import TITLES, Reason
+from trioperator._runtime.applying import apply_patch
+from trioperator._runtime.contexts import ResourceContext
+from trioperator._runtime.execution import Execution, run_handler_once, run_handlers
+from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.memories import ObjectMemory
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+
+
+@dataclasses.dataclass
+class CycleOutcome:
+    resource_version: str | None = None
+    """The version our patch produced, to be awaited on the stream before the next cycle."""
+
+    delay: float | None = None
+    """Seconds until some handler is due again; ``None`` if nothing is pending."""
+
+    patched: bool = False
+    gone: bool = False
+
+
+def execution_for(ctx: ResourceContext) -> Execution:
+    settings = ctx.settings
+    return Execution(
+        now=ctx.operator.now,
+        default_backoff=settings.execution.default_backoff,
+        limiter=ctx.operator.thread_limiter,
+        progress_storage=settings.persistence.progress_storage,
+    )
+
+
+async def process_events(
+    ctx: ResourceContext, events: Sequence[RawEvent], memory: ObjectMemory, patch: Patch
+) -> None:
+    """Give every event to the ``on.event`` handlers; they never block the change handling.
+
+    What they put into ``patch`` is applied with the next cycle's patch (as in Kopf, where
+    all handlers of one event share one patch).
+    """
+    if not ctx.registry.has_watching_handlers(ctx.resource):
+        return
+    execution = execution_for(ctx)
+    for event in events:
+        body = Body(event["object"])
+        logger = ObjectLogger(event["object"])
+        cause = WatchingCause(
+            logger=logger,
+            memo=memory.memo,
+            indices={},
+            resource=ctx.resource,
+            patch=patch,
+            body=body,
+            type=event["type"],
+            event=event,
+        )
+        handlers = ctx.registry.iter_watching_handlers(
+            resource=ctx.resource, body=event["object"], kwargs=cause.kwargs
+        )
+        for handler in handlers:
+            await run_handler_once(
+                handler,
+                cause=cause,
+                handler_state=HandlerState.from_scratch(now=execution.now()),
+                execution=execution,
+                logger=logger,
+                default_errors=ErrorsMode.IGNORED,
+            )
+
+
+def _start_patch(memory: ObjectMemory, carried: Patch | None) -> Patch:
+    """The cycle's patch: functions rejected earlier (422) first, then what is carried over.
+
+    A copy: if the cycle fails, the originals are still there for the retry.
+    """
+    carried = carried if carried is not None else Patch()
+    return Patch(copy.deepcopy(dict(carried)), fns=[*memory.pending_fns, *carried.fns])
+
+
+async def apply_carried(
+    ctx: ResourceContext,
+    event: RawEvent,
+    memory: ObjectMemory,
+    logger: Logger,
+    patch: Patch,
+) -> CycleOutcome:
+    """Apply what the low-level handlers produced, without any change handling."""
+    if event["type"] == "DELETED":
+        return CycleOutcome()
+    patch = _start_patch(memory, patch)
+    return await _apply(ctx, event["object"], patch, logger, delay=None, memory=memory)
+
+
+async def process_changes(
+    ctx: ResourceContext,
+    event: RawEvent,
+    memory: ObjectMemory,
+    logger: Logger,
+    patch: Patch | None = None,
+) -> CycleOutcome:
+    """Detect the cause of the newest state, run the due handlers, apply one patch.
+
+    ``patch`` is what the low-level handlers of the same events have produced, if anything.
+    """
+    registry = ctx.registry
+    resource = ctx.resource
+    persistence = ctx.settings.persistence
+    raw_body = event["object"]
+
+    if event["type"] == "DELETED":
+        if registry.has_changing_handlers(resource):
+            logger.debug("Deleted, really deleted, and we are notified.")
+        return CycleOutcome(gone=True)
+    if not registry.has_changing_handlers(resource) or (
+        memory.released and is_deletion_ongoing(raw_body)
+    ):
+        # After we have removed our finalizer, events of the states in between (e.g. of our
+        # own merge-patch just before that) must not start the deletion anew. Removing the
+        # last finalizer does not change the resourceVersion: consistency cannot tell this.
+        if memory.released:
+            logger.debug("Deletion, but we are done with it, and we do not care.")
+        return await apply_carried(ctx, event, memory, logger, patch or Patch())
+
+    body = Body(raw_body)
+    patch = _start_patch(memory, patch)
+    delay: float | None = None
+    finalizer = persistence.finalizer
+    deleting = is_deletion_ongoing(raw_body)
+    blocked = is_deletion_blocked(raw_body, finalizer)
+    requires = registry.requires_finalizer(
+        resource=resource,
+        body=raw_body,
+        kwargs=lambda: {"body": body, "logger": logger, "memo": memory.memo},
+    )
+
+    if requires and not blocked and not deleting:
+        # Changing handlers wait for the next cycle: the finalizer must be in place first.
+        logger.debug("Adding the finalizer, thus preventing the actual deletion.")
+        block_deletion(body=raw_body, patch=patch, finalizer=finalizer)
+    elif not requires and blocked:
+        logger.debug("Removing the finalizer, as there are no handlers requiring it.")
+        allow_deletion(body=raw_body, patch=patch, finalizer=finalizer)
+    else:
+        delay = await _process_changing_cause(ctx, event, body, patch, memory, logger)
+
+    releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
+    outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
+    if releasing and not memory.pending_fns:
+        memory.released = True
+    return outcome
+
+
+async def _process_changing_cause(
+    ctx: ResourceContext,
+    event: RawEvent,
+    body: Body,
+    patch: Patch,
+    memory: ObjectMemory,
+    logger: Logger,
+) -> float | None:
+    registry = ctx.registry
+    resource = ctx.resource
+    persistence = ctx.settings.persistence
+    progress = persistence.progress_storage
+    diffbase = persistence.diffbase_storage
+    execution = execution_for(ctx)
+    now = execution.now()
+
+    old = diffbase.fetch(body=body)
+    new = diffbase.build(
+        body=body, extra_fields=[".".join(f) for f in registry.get_extra_fields(resource)]
+    )
+    old = progress.clear(essence=old) if old is not None else None
+    new = progress.clear(essence=new)
+    diff = make_diff(old, new)
+    initial = memory.noticed_by_listing and not memory.fully_handled_once
+    reason = detect_changing_cause(
+        event_type=event["type"],
+        body=body,
+        old=old,
+        new=new,
+        diff=diff,
+        initial=initial,
+        finalizer=persistence.finalizer,
+    )
+    initial = cause_initial(reason, initial)
+    if reason is Reason.NOOP:
+        logger.debug("Something has changed, but we are not interested (the essence is the same).")
+        return None
+    if reason is Reason.FREE:
+        logger.debug("Deletion, but we are done with it, and we do not care.")
+        return None
+    if reason is Reason.GONE:
+        logger.debug("Deleted, really deleted, and we are notified.")
+        return None
+
+    cause = ChangingCause(
+        logger=logger,
+        memo=memory.memo,
+        indices={},
+        resource=resource,
+        patch=patch,
+        body=body,
+        reason=reason,
+        initial=initial,
+        diff=diff,
+        old=old,
+        new=new,
+    )
+    handlers = registry.iter_changing_handlers(
+        resource=resource,
+        reason=reason,
+        body=body,
+        old=old,
+        new=new,
+        diff=diff,
+        initial=initial,
+        kwargs=lambda: cause.kwargs,
+    )
+    title = TITLES[reason]
+    done = True
+    delay: float | None = None
+    if handlers:
+        owned = registry.get_handlers(ChangingHandler, resource)
+        state = State.from_storage(body=body, storage=progress, handlers=owned, now=now)
+        state = state.with_purpose(reason.value).with_handlers(handlers, now=now)
+        for extra_purpose, counters in state.extras.items():
+            extra_title = _title(extra_purpose)
+            logger.info(
+                f"{extra_title.capitalize()} is superseded by {title}: "
+                f"{counters.success} succeeded; {counters.failure} failed; "
+                f"{counters.running} left to the moment."
+            )
+            state = state.with_purpose(reason.value, handlers=handlers)
+        if state.extras:
+            state.purge(body=body, patch=patch, storage=progress, handlers=owned)
+
+        _log_progress(logger, title, body, diff, old=old, new=new)
+        outcomes = await run_handlers(
+            handlers, cause=cause, state=state, execution=execution, logger=logger
+        )
+        state = state.with_outcomes(outcomes, now=execution.now())
+        state.store(body=body, patch=patch, storage=progress)
+        deliver_results(outcomes=outcomes, patch=patch)
+        done = state.done
+        if done:
+            counts = state.counts
+            logger.info(
+                f"{title.capitalize()} is processed: "
+                f"{counts.success} succeeded; {counts.failure} failed."
+            )
+            state.purge(body=body, patch=patch, storage=progress, handlers=owned)
+        else:
+            delay = state.delay(execution.now())
+    else:
+        # As Kopf: shown even without handlers, to tell why the diff-base is stored.
+        _log_progress(logger, title, body, diff, old=old, new=new)
+
+    if done:
+        # As Kopf: the essence is stored whenever a cause is fully handled, deletions included.
+        if old != new:
+            diffbase.store(body=body, patch=patch, essence=new)
+        memory.fully_handled_once = True
+        if reason is Reason.DELETE:
+            logger.debug("Removing the finalizer, thus allowing the actual deletion.")
+            allow_deletion(body=body.raw, patch=patch, finalizer=persistence.finalizer)
+    return delay
+
+
+def _log_progress(
+    logger: Logger, title: str, body: Body, diff: Diff, *, old: Any, new: Any
+) -> None:
+    logger.debug(f"{title.capitalize()} is in progress: {dict(body.raw)!r}")
+    if diff and old is not None and new is not None:
+        logger.debug(f"{title.capitalize()} diff: {diff!r}")
+
+
+def _title(purpose: str) -> str:
+    try:
+        return TITLES[Reason(purpose)]
+    except ValueError:
+        return purpose
+
+
+async def _apply(
+    ctx: ResourceContext,
+    raw_body: RawBody,
+    patch: Patch,
+    logger: Logger,
+    *,
+    delay: float | None,
+    memory: ObjectMemory,
+) -> CycleOutcome:
+    if patch:
+        # A real change provokes an event anyway: the touch-dummy is not needed any more.
+        ctx.settings.persistence.progress_storage.touch(
+            body=Body(raw_body), patch=patch, value=None
+        )
+    result = await apply_patch(
+        ctx.api, resource=ctx.resource, body=raw_body, patch=patch, logger=logger
+    )
+    memory.pending_fns = result.remaining_fns
+    # A write that changed nothing keeps the version and makes no event: nothing to wait for.
+    before = (raw_body.get("metadata") or {}).get("resourceVersion")
+    version = result.resource_version if result.resource_version != before else None
+    return CycleOutcome(
+        resource_version=version,
+        delay=delay,
+        patched=version is not None or bool(result.remaining_fns),  # an event is coming
+        gone=result.gone,
+    )
+
+
+async def touch(ctx: ResourceContext, raw_body: RawBody, logger: Logger) -> str | None:
+    """Write the touch-dummy annotation so that a new event wakes the object's worker up."""
+    patch = Patch()
+    value = format_iso8601(ctx.operator.now())
+    ctx.settings.persistence.progress_storage.touch(body=Body(raw_body), patch=patch, value=value)
+    result = await apply_patch(
+        ctx.api, resource=ctx.resource, body=raw_body, patch=patch, logger=logger
+    )
+    return result.resource_version

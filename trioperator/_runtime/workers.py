@@ -1,0 +1,257 @@
+"""One worker per object: it processes the newest state of its object, one cycle at a time.
+
+A worker is fed by its own memory channel. Before each cycle it drains everything queued, lets
+the low-level consumers (``on.event`` handlers) see every event exactly once, and runs the
+change handling only for the newest state (level-triggered). It waits for its own last patch to
+come back on the stream (consistency), sleeps for delayed handlers (interrupted by any new
+event), throttles itself after unexpected errors, and exits when idle; the watcher re-creates
+it on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from trioperator._engine.bodies import RawEvent
+from trioperator._engine.patches import Patch
+from trioperator._runtime.contexts import ResourceContext
+from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.memories import ObjectMemory
+from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
+
+WAITING_KEEPALIVE_INTERVAL = 10 * 60
+"""The longest a delay sleeps before touching the object anyway (as Kopf does)."""
+
+logger = logging.getLogger(__name__)
+
+
+def _drain(receive: trio.MemoryReceiveChannel[RawEvent], into: list[RawEvent]) -> bool:
+    """Move everything queued into ``into``; return False if the channel is closed."""
+    while True:
+        try:
+            into.append(receive.receive_nowait())
+        except trio.WouldBlock:
+            return True
+        except trio.EndOfChannel:
+            return False
+
+
+async def _wait(
+    receive: trio.MemoryReceiveChannel[RawEvent], into: list[RawEvent], seconds: float
+) -> bool:
+    """Wait up to ``seconds`` for an event (into ``into``); return False if the channel closed."""
+    with trio.move_on_after(max(seconds, 0)):
+        try:
+            into.append(await receive.receive())
+        except trio.EndOfChannel:
+            return False
+    return True
+
+
+def _version(event: RawEvent) -> str | None:
+    version: str | None = (event["object"].get("metadata") or {}).get("resourceVersion")
+    return version
+
+
+async def run_worker(
+    ctx: ResourceContext,
+    key: str,
+    receive: trio.MemoryReceiveChannel[RawEvent],
+    memory: ObjectMemory,
+    retire: Callable[[], bool],
+    discard: Callable[[], None] = lambda: None,
+) -> None:
+    """Serve one object until it is idle, gone, or its channel is closed (a stop).
+
+    ``retire()`` is called when the worker wants to exit for idleness; it returns False if an
+    event arrived in the meantime (the worker then continues). ``discard()`` is called when the
+    worker exits for any other reason, so that the watcher routes later events to a new worker
+    instead of into a channel nobody reads.
+    """
+    try:
+        async with receive:
+            if ctx.worker_slots is not None:
+                async with ctx.worker_slots:
+                    await _serve(ctx, key, receive, memory, retire)
+            else:
+                await _serve(ctx, key, receive, memory, retire)
+    finally:
+        discard()
+
+
+async def _serve(
+    ctx: ResourceContext,
+    key: str,
+    receive: trio.MemoryReceiveChannel[RawEvent],
+    memory: ObjectMemory,
+    retire: Callable[[], bool],
+) -> None:
+    settings = ctx.settings
+    pending: list[RawEvent] = []  # received, not yet seen by the on.event handlers
+    latest: RawEvent | None = None  # the newest state, not yet seen by the change handling
+    carried = Patch()  # what the on.event handlers produced, to apply in the next cycle
+    open_ = True
+    while True:
+        if latest is None and not pending:
+            if not open_:
+                return
+            open_ = await _wait(receive, pending, settings.queueing.idle_timeout)
+            if not pending:
+                open_ = _drain(receive, pending) and open_
+                if not pending and (not open_ or retire()):
+                    return
+                continue
+        open_ = _drain(receive, pending) and open_
+
+        if pending:
+            # Our own last patch is among the new events: the states after it are consistent.
+            expected = memory.expected_version
+            if expected is not None and any(_version(event) == expected for event in pending):
+                memory.expected_version = None
+            latest = pending[-1]
+            events = list(pending)
+            pending.clear()
+            objlogger = ObjectLogger(latest["object"])
+            try:
+                await process_events(ctx, events, memory, carried)
+            except Exception as exc:
+                retry = await _throttle(ctx, memory, objlogger, exc)
+                if retry is None:
+                    return
+                # The events are delivered (or lost in the error); the newest state stays.
+                latest = latest if retry else None
+                continue
+
+        assert latest is not None
+        objlogger = ObjectLogger(latest["object"])
+
+        # Consistency: our own last patch must come back on the stream before change handlers
+        # look at the object, or they would act on a state older than what they wrote. A new
+        # event wakes us up: it may be ours. DELETED needs no waiting: nothing is left to do.
+        if memory.expected_version is not None and latest["type"] != "DELETED":
+            remaining = memory.consistency_deadline - trio.current_time()
+            if remaining > 0 and carried:
+                # As Kopf: no waiting with a patch at hand; apply it, skip the change handling.
+                try:
+                    outcome = await apply_carried(ctx, latest, memory, objlogger, carried)
+                except Exception as exc:
+                    retry = await _throttle(ctx, memory, objlogger, exc)
+                    if retry is None:
+                        return
+                    latest = latest if retry else None
+                    continue
+                carried = Patch()
+                _expect(ctx, memory, outcome.resource_version)
+                continue
+            if remaining > 0:
+                if not open_:
+                    return  # stopping: our version will never come; the next run handles it
+                open_ = await _wait(receive, pending, remaining)
+                if pending or not open_:
+                    continue
+            objlogger.debug(
+                f"Consistency is assumed: version {memory.expected_version!r} has not arrived "
+                f"within {settings.persistence.consistency_timeout} seconds."
+            )
+            memory.expected_version = None
+
+        try:
+            outcome = await process_changes(ctx, latest, memory, objlogger, carried)
+        except Exception as exc:
+            retry = await _throttle(ctx, memory, objlogger, exc)
+            if retry is None:
+                return
+            # Retry the newest state (newer events replace it), or wait for the next one.
+            latest = latest if retry else None
+            continue
+        _recover(memory, objlogger)
+        carried = Patch()
+        body = latest["object"]
+        deleted = latest["type"] == "DELETED"
+        latest = None
+
+        if outcome.gone:
+            ctx.memories.forget(key)
+            if deleted:
+                return  # really deleted: no more events can come for this uid
+            continue
+        _expect(ctx, memory, outcome.resource_version)
+        if outcome.delay is None:
+            continue
+        delay = min(max(outcome.delay, 0.0), WAITING_KEEPALIVE_INTERVAL)
+        if outcome.patched:
+            # Our patch comes back as an event; the next cycle decides how long to sleep.
+            if delay > 0:
+                objlogger.debug(f"Sleeping was skipped because of the patch, {delay} seconds left.")
+            continue
+        if not open_:
+            return  # stopping: the delayed handlers are for the next run of the operator
+        if delay > 0:
+            if outcome.delay > WAITING_KEEPALIVE_INTERVAL:
+                objlogger.debug(
+                    f"Sleeping for {outcome.delay} (capped {delay}) seconds "
+                    "for the delayed handlers."
+                )
+            else:
+                objlogger.debug(f"Sleeping for {delay} seconds for the delayed handlers.")
+            deadline = trio.current_time() + delay
+            open_ = await _wait(receive, pending, delay)
+            if pending:
+                left = max(0.0, deadline - trio.current_time())
+                objlogger.debug(f"Sleeping was interrupted by new changes, {left:g} seconds left.")
+                continue
+            if not open_:
+                return
+        # The sleep was not interrupted: provoke a new event with the touch-dummy.
+        try:
+            version = await touch(ctx, body, objlogger)
+        except Exception as exc:
+            retry = await _throttle(ctx, memory, objlogger, exc)
+            if retry is None:
+                return
+            if retry:
+                latest = {"type": "MODIFIED", "object": body}  # run the delayed handlers
+            continue
+        _expect(ctx, memory, version)
+
+
+def _expect(ctx: ResourceContext, memory: ObjectMemory, version: str | None) -> None:
+    """Remember the version of our own patch, to wait for it before the next change handling."""
+    timeout = ctx.settings.persistence.consistency_timeout
+    if version is not None and timeout > 0:
+        memory.expected_version = version
+        memory.consistency_deadline = trio.current_time() + timeout
+
+
+async def _throttle(
+    ctx: ResourceContext,
+    memory: ObjectMemory,
+    objlogger: logging.LoggerAdapter[logging.Logger],
+    exc: Exception,
+) -> bool | None:
+    """Back off after an unexpected error (not a handler's, e.g. of the API).
+
+    Returns True to process the newest state again, False to wait for the next event (no
+    ``settings.queueing.error_delays`` configured: nothing to back off with), ``None`` to exit
+    (the operator is stopping). Events keep being queued while throttled.
+    """
+    delays = tuple(ctx.settings.queueing.error_delays or ())
+    if not delays:
+        objlogger.exception(f"Unexpected error; waiting for the next event: {exc!r}")
+        return None if ctx.operator.stopping.is_set() else False
+    delay = delays[min(memory.error_count, len(delays) - 1)]
+    memory.error_count += 1
+    objlogger.exception(f"Throttling for {delay} seconds due to an unexpected error: {exc!r}")
+    with trio.move_on_after(delay):
+        await ctx.operator.stopping.wait()
+        return None
+    return True
+
+
+def _recover(memory: ObjectMemory, objlogger: logging.LoggerAdapter[logging.Logger]) -> None:
+    if memory.error_count:
+        memory.error_count = 0
+        objlogger.info("Throttling is over. Switching back to normal operations.")

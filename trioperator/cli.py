@@ -1,0 +1,230 @@
+"""The command line: ``trioperator run [FILES...] [-m MODULE...] [options]``.
+
+Options follow Kopf's (``kopf run``); every option can also come from an environment variable
+``TRIOPERATOR_<OPTION>`` (e.g. ``TRIOPERATOR_VERBOSE=true``). Wrong or conflicting options are
+reported as usage errors (exit code 2) before anything connects to the cluster.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import cyclopts
+import trio
+from cyclopts import App, Parameter
+
+from trioperator._engine.registry import OperatorRegistry, get_default_registry
+from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
+from trioperator._runtime.operator import Operator
+from trioperator._version import __version__
+
+app = App(
+    name="trioperator",
+    help="Kubernetes operators on trio, Kopf-compatible.",
+    version=__version__,
+    config=cyclopts.config.Env("TRIOPERATOR_", command=False),
+)
+
+LogFormat = Literal["full", "plain", "json"]
+
+
+class UsageError(Exception):
+    """A problem with the command line or the files it names; exit code 2."""
+
+
+@app.command
+def run(
+    paths: list[str] | None = None,
+    /,
+    *,
+    module: Annotated[list[str] | None, Parameter(name=["-m", "--module"])] = None,
+    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
+    all_namespaces: Annotated[
+        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
+    ] = False,
+    standalone: Annotated[bool, Parameter(negative="")] = False,
+    verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
+    debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
+    quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
+    log_format: LogFormat = "full",
+    log_prefix: Annotated[bool | None, Parameter(name="--log-prefix")] = None,
+    log_refkey: str = "object",
+) -> int:
+    """Run an operator: import the files and modules with its handlers, then serve them.
+
+    Parameters
+    ----------
+    paths
+        Python files with handlers, imported in order.
+    module
+        Python modules with handlers (importable from the current directory).
+    namespace
+        Serve only these namespaces (repeatable; comma-separated names allowed).
+    all_namespaces
+        Serve the whole cluster (the default when no namespace is given).
+    standalone
+        Do not coordinate with other operators (the only mode for now).
+    verbose
+        Log at DEBUG level.
+    debug
+        Log at DEBUG level, including the HTTP library.
+    quiet
+        Log only warnings and errors.
+    log_format
+        full (timestamps, logger names, levels), plain (messages only), or json.
+    log_prefix
+        Prefix object-related messages with [namespace/name] (default: on, except for json).
+    log_refkey
+        The JSON key holding the object reference in json logs.
+    """
+    namespaces = [
+        ns.strip() for value in (namespace or []) for ns in value.split(",") if ns.strip()
+    ]
+    if namespaces and all_namespaces:
+        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    configure_logging(
+        verbose=verbose,
+        debug=debug,
+        quiet=quiet,
+        log_format=log_format,
+        log_prefix=log_prefix,
+        log_refkey=log_refkey,
+    )
+    registry = get_default_registry()
+    load(paths or [], module or [], registry=registry)
+    operator = Operator(
+        registry=registry,
+        namespaces=namespaces,
+        clusterwide=not namespaces,
+        handle_signals=True,
+    )
+    trio.run(operator.main)
+    return 0
+
+
+def load(paths: list[str], modules: list[str], *, registry: OperatorRegistry) -> None:
+    """Import the operator's code as Python would, with clear errors for what cannot load."""
+    if not paths and not modules:
+        raise UsageError("Nothing to run: name Python files or modules (-m) with handlers.")
+    for path in paths:
+        file = Path(path)
+        if not file.is_file():
+            raise UsageError(f"No such file: {path}")
+        # Like `python file.py`: the file's directory is importable, so are its siblings.
+        directory = str(file.resolve().parent)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+        name = f"__trioperator_main_{len(sys.modules)}_{file.stem}"
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            raise UsageError(f"Cannot import {path}: not a Python file.")
+        module_obj = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module_obj
+        spec.loader.exec_module(module_obj)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name or (exc.name and name.startswith(exc.name + ".")):
+                raise UsageError(f"No such module: {name}") from None
+            raise
+    if not len(registry):
+        raise UsageError("No handlers were registered by the given files and modules.")
+
+
+class _JsonFormatter(logging.Formatter):
+    def __init__(self, refkey: str, prefix: bool) -> None:
+        super().__init__()
+        self.refkey = refkey
+        self.prefix = prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "message": _message(record, self.prefix),
+            "timestamp": self.formatTime(record),
+            "severity": record.levelname.lower(),
+            "logger": record.name,
+        }
+        ref = getattr(record, "k8s_ref", None)
+        if ref:
+            payload[self.refkey] = ref
+        if record.exc_info:
+            payload["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+class _TextFormatter(logging.Formatter):
+    def __init__(self, fmt: str, prefix: bool) -> None:
+        super().__init__(fmt)
+        self.prefix = prefix
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = _message(record, self.prefix)
+        return super().formatMessage(record)
+
+
+def _message(record: logging.LogRecord, prefix: bool) -> str:
+    message = record.getMessage()
+    marker = getattr(record, "k8s_prefix", None)
+    if marker and not prefix and message.startswith(f"{marker} "):
+        return message[len(marker) + 1 :]
+    return message
+
+
+def configure_logging(
+    *,
+    verbose: bool = False,
+    debug: bool = False,
+    quiet: bool = False,
+    log_format: LogFormat = "full",
+    log_prefix: bool | None = None,
+    log_refkey: str = "object",
+) -> None:
+    level = logging.DEBUG if (verbose or debug) else logging.WARNING if quiet else logging.INFO
+    prefix = log_prefix if log_prefix is not None else log_format != "json"
+    handler = logging.StreamHandler()
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter(log_refkey, prefix))
+    elif log_format == "plain":
+        handler.setFormatter(_TextFormatter("%(message)s", prefix))
+    else:
+        handler.setFormatter(
+            _TextFormatter("[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s", prefix)
+        )
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger(OBJECTS_LOGGER_NAME).setLevel(level)
+    # The HTTP library logs every request at INFO; only --debug wants that.
+    for name in ("httpx2", "httpcore2", "httpx", "httpcore", "hpack"):
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console entry point; returns the process exit code."""
+    try:
+        result = app(argv, exit_on_error=False, print_error=True)
+    except UsageError as exc:
+        print(f"Usage error: {exc}", file=sys.stderr)
+        return 2
+    except cyclopts.CycloptsError:
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        logging.getLogger("trioperator").critical(f"The operator has failed: {exc!r}", exc_info=exc)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,999 @@
+"""The decorators that declare handlers, with Kopf's names, arguments and defaults.
+
+Usage::
+
+    import trioperator as kopf
+
+    @kopf.on.create('kopfexamples')
+    def create_fn(spec, **_):
+        ...
+
+Every decorator validates its options when it is called (so mistakes surface at import time),
+registers one handler when applied, and returns the function unchanged. The signatures are
+spelled out in full for IDEs and type checkers; the shared work lives in the helpers below.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+from trioperator._client.resources import Resource
+from trioperator._engine.errors import ErrorsMode
+from trioperator._engine.filters import FieldPath, FieldSpec, MetaFilter, ValueFilter, WhenFilterFn
+from trioperator._engine.handlers import (
+    Activity,
+    ActivityHandler,
+    BaseHandler,
+    ChangingHandler,
+    DaemonHandler,
+    DelayFn,
+    IndexingHandler,
+    TimerHandler,
+    WatchingHandler,
+    WebhookHandler,
+    WebhookOperation,
+    WebhookType,
+    build_subhandler,
+    check_bool,
+    check_common_options,
+    check_delay,
+    check_filters,
+    check_operations,
+    check_seconds,
+    generate_id,
+)
+from trioperator._engine.ids import HandlerId
+from trioperator._engine.reasons import Reason
+from trioperator._engine.registry import (
+    OperatorRegistry,
+    current_subregistry,
+    get_default_registry,
+)
+from trioperator._engine.selectors import Marker, Selector
+
+__all__ = [
+    "cleanup",
+    "create",
+    "daemon",
+    "delete",
+    "event",
+    "field",
+    "index",
+    "login",
+    "mutate",
+    "probe",
+    "register",
+    "resume",
+    "startup",
+    "subhandler",
+    "timer",
+    "update",
+    "validate",
+]
+
+_FnT = TypeVar("_FnT", bound=Callable[..., Any])
+
+ResourceArg = str | Marker | Callable[[Resource], bool] | None
+"""The first positional resource argument: a name/group, ``EVERYTHING``, or a callable."""
+
+NameArg = str | Marker | None
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _check_registry(registry: OperatorRegistry | None) -> None:
+    if registry is not None and not isinstance(registry, OperatorRegistry):
+        raise TypeError(f"registry= must be an OperatorRegistry, got {registry!r}.")
+
+
+def _common(
+    *,
+    id: str | None,
+    param: Any,
+    errors: ErrorsMode | None,
+    timeout: float | None,
+    retries: int | None,
+    backoff: float | None,
+) -> dict[str, Any]:
+    check_common_options(id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff)
+    return {
+        "param": param,
+        "errors": errors,
+        "timeout": timeout,
+        "retries": retries,
+        "backoff": backoff,
+    }
+
+
+def _filters(
+    *,
+    labels: MetaFilter | None,
+    annotations: MetaFilter | None,
+    when: WhenFilterFn | None,
+    field: FieldSpec | None,
+    value: ValueFilter,
+    old: ValueFilter = None,
+    new: ValueFilter = None,
+) -> dict[str, Any]:
+    # stacklevel=3: check_filters <- this helper <- the decorator <- the user's module.
+    real_labels, real_annotations, real_field = check_filters(
+        labels=labels,
+        annotations=annotations,
+        when=when,
+        field=field,
+        value=value,
+        old=old,
+        new=new,
+        stacklevel=3,
+    )
+    return {
+        "labels": real_labels,
+        "annotations": real_annotations,
+        "when": when,
+        "field": real_field,
+        "value": value,
+    }
+
+
+def _registering(
+    registry: OperatorRegistry | None,
+    *,
+    id: str | None,
+    field: FieldPath | None,
+    build: Callable[..., BaseHandler],
+) -> Callable[[_FnT], _FnT]:
+    """The actual decorator: name the handler after the function, build it, register it."""
+    _check_registry(registry)
+
+    def decorator(fn: _FnT) -> _FnT:
+        if not callable(fn):
+            raise TypeError(f"A handler must be callable, got {fn!r}.")
+        real_registry = registry if registry is not None else get_default_registry()
+        # Field handlers get the field in their id, so one function can serve several fields.
+        handler_id: HandlerId = generate_id(fn, id=id, suffix=".".join(field or ()))
+        real_registry.append(build(fn=fn, id=handler_id))
+        return fn
+
+    return decorator
+
+
+def _activity(
+    activity: Activity,
+    *,
+    id: str | None,
+    param: Any,
+    errors: ErrorsMode | None,
+    timeout: float | None,
+    retries: int | None,
+    backoff: float | None,
+    registry: OperatorRegistry | None,
+) -> Callable[[_FnT], _FnT]:
+    common = _common(
+        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+    )
+    build = functools.partial(ActivityHandler, activity=activity, **common)
+    return _registering(registry, id=id, field=None, build=build)
+
+
+def _changing(
+    selector: Selector,
+    *,
+    reason: Reason | None,
+    common: dict[str, Any],
+    filters: dict[str, Any],
+    registry: OperatorRegistry | None,
+    id: str | None,
+    field_needs_change: bool,
+    initial: bool | None = None,
+    deleted: bool | None = None,
+    requires_finalizer: bool | None = None,
+    old: ValueFilter = None,
+    new: ValueFilter = None,
+) -> Callable[[_FnT], _FnT]:
+    build = functools.partial(
+        ChangingHandler,
+        selector=selector,
+        reason=reason,
+        initial=initial,
+        deleted=deleted,
+        requires_finalizer=requires_finalizer,
+        field_needs_change=field_needs_change,
+        old=old,
+        new=new,
+        **common,
+        **filters,
+    )
+    return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+def _webhook(
+    reason: WebhookType,
+    selector: Selector,
+    *,
+    id: str | None,
+    param: Any,
+    operation: WebhookOperation | None,
+    operations: Collection[WebhookOperation] | None,
+    subresource: str | None,
+    persistent: bool | None,
+    side_effects: bool | None,
+    ignore_failures: bool | None,
+    filters: dict[str, Any],
+    registry: OperatorRegistry | None,
+) -> Callable[[_FnT], _FnT]:
+    check_common_options(id=id)
+    # stacklevel=3: check_operations <- this helper <- the decorator <- the user's module.
+    real_operations = check_operations(operation, operations, stacklevel=3)
+    if subresource is not None and (not isinstance(subresource, str) or not subresource):
+        raise TypeError(f"subresource= must be a non-empty string or None, got {subresource!r}.")
+    check_bool("persistent", persistent)
+    check_bool("side_effects", side_effects)
+    check_bool("ignore_failures", ignore_failures)
+    build = functools.partial(
+        WebhookHandler,
+        selector=selector,
+        param=param,
+        reason=reason,
+        operations=real_operations,
+        subresource=subresource,
+        persistent=bool(persistent),
+        side_effects=bool(side_effects),
+        ignore_failures=bool(ignore_failures),
+        **filters,
+    )
+    return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+# --------------------------------------------------------------------------------- activities
+
+
+def startup(
+    *,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.startup()``: runs (with retries) before the operator starts serving anything."""
+    return _activity(
+        Activity.STARTUP,
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        registry=registry,
+    )
+
+
+def cleanup(
+    *,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.cleanup()``: runs when the operator exits, after everything else stopped."""
+    return _activity(
+        Activity.CLEANUP,
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        registry=registry,
+    )
+
+
+def login(
+    *,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.login()``: custom (re-)authentication; returns a ``ConnectionInfo``."""
+    return _activity(
+        Activity.AUTHENTICATION,
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        registry=registry,
+    )
+
+
+def probe(
+    *,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.probe()``: a liveness metric, reported under the handler's id."""
+    return _activity(
+        Activity.PROBE,
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        registry=registry,
+    )
+
+
+# ---------------------------------------------------------------------------------- admission
+
+
+def validate(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    operation: WebhookOperation | None = None,
+    operations: Collection[WebhookOperation] | None = None,
+    subresource: str | None = None,
+    persistent: bool | None = None,
+    side_effects: bool | None = None,
+    ignore_failures: bool | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.validate()``: a validating admission webhook."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    return _webhook(
+        WebhookType.VALIDATING,
+        selector,
+        id=id,
+        param=param,
+        operation=operation,
+        operations=operations,
+        subresource=subresource,
+        persistent=persistent,
+        side_effects=side_effects,
+        ignore_failures=ignore_failures,
+        filters=_filters(
+            labels=labels, annotations=annotations, when=when, field=field, value=value
+        ),
+        registry=registry,
+    )
+
+
+def mutate(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    operation: WebhookOperation | None = None,
+    operations: Collection[WebhookOperation] | None = None,
+    subresource: str | None = None,
+    persistent: bool | None = None,
+    side_effects: bool | None = None,
+    ignore_failures: bool | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.mutate()``: a mutating admission webhook (edits the ``patch`` kwarg)."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    return _webhook(
+        WebhookType.MUTATING,
+        selector,
+        id=id,
+        param=param,
+        operation=operation,
+        operations=operations,
+        subresource=subresource,
+        persistent=persistent,
+        side_effects=side_effects,
+        ignore_failures=ignore_failures,
+        filters=_filters(
+            labels=labels, annotations=annotations, when=when, field=field, value=value
+        ),
+        registry=registry,
+    )
+
+
+# ----------------------------------------------------------------------------- state changes
+
+
+def resume(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    deleted: bool | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.resume()``: once per object and operator process, mixed into its first cycle.
+
+    Skipped for objects being deleted unless ``deleted=True``.
+    """
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    check_bool("deleted", deleted)
+    return _changing(
+        selector,
+        reason=None,
+        initial=True,
+        deleted=deleted,
+        field_needs_change=False,
+        common=_common(
+            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        ),
+        filters=_filters(
+            labels=labels, annotations=annotations, when=when, field=field, value=value
+        ),
+        registry=registry,
+        id=id,
+    )
+
+
+def create(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.create()``: the object was created (or first seen without a diff-base)."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    return _changing(
+        selector,
+        reason=Reason.CREATE,
+        field_needs_change=False,
+        common=_common(
+            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        ),
+        filters=_filters(
+            labels=labels, annotations=annotations, when=when, field=field, value=value
+        ),
+        registry=registry,
+        id=id,
+    )
+
+
+def update(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    old: ValueFilter | None = None,
+    new: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.update()``: an essential change; with ``field=``, only when that field changes."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    return _changing(
+        selector,
+        reason=Reason.UPDATE,
+        field_needs_change=True,
+        old=old,
+        new=new,
+        common=_common(
+            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        ),
+        filters=_filters(
+            labels=labels,
+            annotations=annotations,
+            when=when,
+            field=field,
+            value=value,
+            old=old,
+            new=new,
+        ),
+        registry=registry,
+        id=id,
+    )
+
+
+def delete(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    optional: bool | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.delete()``: the object is marked for deletion.
+
+    A finalizer holds the object until the handler succeeds, unless ``optional=True``.
+    """
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    check_bool("optional", optional)
+    return _changing(
+        selector,
+        reason=Reason.DELETE,
+        requires_finalizer=not optional,
+        field_needs_change=False,
+        common=_common(
+            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        ),
+        filters=_filters(
+            labels=labels, annotations=annotations, when=when, field=field, value=value
+        ),
+        registry=registry,
+        id=id,
+    )
+
+
+def field(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec,
+    value: ValueFilter | None = None,
+    old: ValueFilter | None = None,
+    new: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.field()``: the given field changed (was added, modified, or removed)."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    filters = _filters(
+        labels=labels,
+        annotations=annotations,
+        when=when,
+        field=field,
+        value=value,
+        old=old,
+        new=new,
+    )
+    if filters["field"] is None:
+        raise TypeError("@kopf.on.field() needs a non-empty field=.")
+    return _changing(
+        selector,
+        reason=None,
+        field_needs_change=True,
+        old=old,
+        new=new,
+        common=_common(
+            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        ),
+        filters=filters,
+        registry=registry,
+        id=id,
+    )
+
+
+# -------------------------------------------------------------------- events, indices, spawning
+
+
+def event(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.on.event()``: every raw watch event; failures are logged and ignored."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    check_common_options(id=id)
+    filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
+    build = functools.partial(WatchingHandler, selector=selector, param=param, **filters)
+    return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+def index(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.index()``: an in-memory index, passed to handlers as a kwarg named by its id."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    common = _common(
+        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+    )
+    filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
+    build = functools.partial(IndexingHandler, selector=selector, **common, **filters)
+    return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+def daemon(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    initial_delay: float | DelayFn | None = None,
+    cancellation_backoff: float | None = None,
+    cancellation_timeout: float | None = None,
+    cancellation_polling: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.daemon()``: a long-running task per object, stopped on deletion or exit."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    common = _common(
+        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+    )
+    filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
+    check_delay("initial_delay", initial_delay)
+    check_seconds("cancellation_backoff", cancellation_backoff)
+    check_seconds("cancellation_timeout", cancellation_timeout)
+    check_seconds("cancellation_polling", cancellation_polling, positive=True)
+    build = functools.partial(
+        DaemonHandler,
+        selector=selector,
+        initial_delay=initial_delay,
+        cancellation_backoff=cancellation_backoff,
+        cancellation_timeout=cancellation_timeout,
+        cancellation_polling=cancellation_polling,
+        **common,
+        **filters,
+    )
+    return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+def timer(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    interval: float | None = None,
+    initial_delay: float | DelayFn | None = None,
+    sharp: bool | None = None,
+    idle: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.timer()``: runs every ``interval`` seconds per object (after ``idle`` calm)."""
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    common = _common(
+        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+    )
+    filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
+    check_seconds("interval", interval, positive=True)
+    check_delay("initial_delay", initial_delay)
+    check_bool("sharp", sharp)
+    check_seconds("idle", idle)
+    build = functools.partial(
+        TimerHandler,
+        selector=selector,
+        interval=interval,
+        initial_delay=initial_delay,
+        sharp=sharp,
+        idle=idle,
+        **common,
+        **filters,
+    )
+    return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+# ------------------------------------------------------------------------------- sub-handlers
+
+
+def subhandler(
+    *,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    field: FieldSpec | None = None,
+    value: ValueFilter | None = None,
+    old: ValueFilter | None = None,
+    new: ValueFilter | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@kopf.subhandler()``: declare a sub-handler of the running resource-changing handler.
+
+    Used inside a handler; the sub-handler's id is ``parent-id/child-id``. The parent is called
+    again on every cycle until all its sub-handlers are done, so it must declare the same set
+    of sub-handlers each time and have no side effects of its own.
+    """
+
+    def decorator(fn: _FnT) -> _FnT:
+        subregistry = current_subregistry()
+        handler = build_subhandler(
+            fn,
+            parent=subregistry.parent,
+            id=id,
+            param=param,
+            errors=errors,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            labels=labels,
+            annotations=annotations,
+            when=when,
+            field=field,
+            value=value,
+            old=old,
+            new=new,
+            stacklevel=2,
+        )
+        subregistry.append(handler)
+        return fn
+
+    return decorator
+
+
+def register(
+    fn: _FnT,
+    *,
+    id: str | None = None,
+    param: Any | None = None,
+    errors: ErrorsMode | None = None,
+    timeout: float | None = None,
+    retries: int | None = None,
+    backoff: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+) -> _FnT:
+    """Register ``fn`` as a sub-handler of the running handler (``@kopf.subhandler`` as a call)."""
+    subregistry = current_subregistry()
+    handler = build_subhandler(
+        fn,
+        parent=subregistry.parent,
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        labels=labels,
+        annotations=annotations,
+        when=when,
+        stacklevel=2,
+    )
+    subregistry.append(handler)
+    return fn

@@ -1,0 +1,1548 @@
+"""The object store behind the fake Kubernetes API: pure logic, no I/O and no trio.
+
+It keeps objects per resource, a global resourceVersion counter, a bounded history of changes
+per resource (what the real API server's watch cache holds), and reproduces the parts of the
+kube-apiserver's storage semantics that operators depend on: system metadata, generations,
+preconditions, merge and JSON patches, status subresources, finalizers and graceful deletion.
+Error texts mirror kube-apiserver 1.20, as checked by ``tests/contract``.
+
+Stored objects are never mutated in place: every write builds a new dict. That lets changes in
+the history and listed objects share the stored dicts without copying them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import collections
+import dataclasses
+import hashlib
+import random
+import re
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+JSON = Any
+Obj = dict[str, Any]
+ResourceKey = tuple[str, str]  # (group, plural)
+ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+_ENCODE = msgspec.json.Encoder()
+_DECODE = msgspec.json.Decoder()
+
+
+def clone(value: JSON) -> JSON:
+    """A deep copy of a JSON-like value (a msgspec round trip is faster than ``deepcopy``)."""
+    return _DECODE.decode(_ENCODE.encode(value))
+
+
+# ---------------------------------------------------------------------------------------- errors
+
+
+class StatusError(Exception):
+    """An API error, carried as the ``metav1.Status`` body that the real server would send."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = dict(details) if details is not None else None
+
+    @property
+    def status(self) -> Obj:
+        body: Obj = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+        }
+        if self.reason:
+            body["reason"] = self.reason
+        if self.details is not None:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def _bad_request(message: str) -> StatusError:
+    return StatusError(400, "BadRequest", message)
+
+
+def _resource_details(res: ResourceDef, name: str | None) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if name is not None:
+        details["name"] = name
+    if res.group:
+        details["group"] = res.group
+    details["kind"] = res.plural
+    return details
+
+
+def not_found(res: ResourceDef, name: str) -> StatusError:
+    return StatusError(
+        404, "NotFound", f'{res.qualified} "{name}" not found', _resource_details(res, name)
+    )
+
+
+def resource_not_found() -> StatusError:
+    """A known API group version but an unknown resource or subresource."""
+    return StatusError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def _already_exists(res: ResourceDef, name: str) -> StatusError:
+    return StatusError(
+        409,
+        "AlreadyExists",
+        f'{res.qualified} "{name}" already exists',
+        _resource_details(res, name),
+    )
+
+
+def _conflict(res: ResourceDef, name: str) -> StatusError:
+    message = (
+        f'Operation cannot be fulfilled on {res.qualified} "{name}": the object has been modified;'
+        " please apply your changes to the latest version and try again"
+    )
+    return StatusError(409, "Conflict", message, _resource_details(res, name))
+
+
+def _invalid(
+    res: ResourceDef,
+    name: str,
+    causes: list[tuple[str, str, str]],
+    *,
+    kind: str | None = None,
+    by_resource: bool = False,
+) -> StatusError:
+    """A 422 for field errors; ``causes`` are ``(reason, field, message)``.
+
+    The real server names the object by ``Kind.group`` for validation errors and by
+    ``plural.group`` for the update preconditions; ``by_resource`` picks the latter.
+    """
+    kind = kind or res.kind
+    if by_resource:
+        qualified = res.qualified
+        details: dict[str, Any] = _resource_details(res, name or None)
+    else:
+        qualified = f"{kind}.{res.group}" if res.group else kind
+        details = {}
+        if name:
+            details["name"] = name
+        if res.group:
+            details["group"] = res.group
+        details["kind"] = kind
+    texts = [f"{field}: {message}" for _, field, message in causes]
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
+    details["causes"] = [
+        {"reason": reason, "message": message, "field": field} for reason, field, message in causes
+    ]
+    return StatusError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details)
+
+
+def _namespace_mismatch() -> StatusError:
+    return _bad_request(
+        "the namespace of the provided object does not match the namespace sent on the request"
+    )
+
+
+def _name_mismatch(body_name: Any, url_name: str) -> StatusError:
+    return _bad_request(
+        f"the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+    )
+
+
+def _expired(message: str) -> StatusError:
+    return StatusError(410, "Expired", message)
+
+
+# ------------------------------------------------------------------------------------- resources
+
+
+_CORE_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+_CUSTOM_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
+
+
+@dataclasses.dataclass
+class ResourceDef:
+    """What the store knows about one resource (the union of its served versions)."""
+
+    group: str
+    versions: list[str]
+    """Served versions; the first one is the storage (and preferred) version."""
+    plural: str
+    kind: str
+    namespaced: bool = True
+    singular: str = ""
+    list_kind: str = ""
+    short_names: list[str] = dataclasses.field(default_factory=list)
+    categories: list[str] = dataclasses.field(default_factory=list)
+    status_subresource: bool = False
+    tracks_generation: bool = False
+    custom: bool = False
+    """A custom resource: unstructured semantics (kind required, no strategic merge, ...)."""
+    returns_deleted_object: bool = False
+    """Whether an immediate DELETE answers with the object rather than a ``Status``."""
+    field_labels: tuple[str, ...] = ()
+    """Field selectors supported beyond ``metadata.name`` (and ``metadata.namespace``)."""
+    verbs: tuple[str, ...] = _CORE_VERBS
+    extra_subresources: tuple[str, ...] = ()
+    """Subresources listed in discovery only (e.g. ``namespaces/finalize``)."""
+
+    def __post_init__(self) -> None:
+        self.list_kind = self.list_kind or f"{self.kind}List"
+
+    @property
+    def key(self) -> ResourceKey:
+        return (self.group, self.plural)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def storage_version(self) -> str:
+        return self.versions[0]
+
+    def api_version(self, version: str | None = None) -> str:
+        version = version or self.storage_version
+        return f"{self.group}/{version}" if self.group else version
+
+    @property
+    def selectable_fields(self) -> tuple[str, ...]:
+        base = ("metadata.name", "metadata.namespace") if self.namespaced else ("metadata.name",)
+        return base + self.field_labels
+
+    @property
+    def storage_version_hash(self) -> str:
+        digest = hashlib.sha256(
+            f"{self.group}/{self.storage_version}/{self.kind}".encode()
+        ).digest()
+        return base64.b64encode(digest[:8]).decode()
+
+    def discovery_entries(self) -> list[Obj]:
+        entry: Obj = {
+            "name": self.plural,
+            "singularName": self.singular if self.custom else "",
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": list(self.verbs),
+        }
+        if self.short_names:
+            entry["shortNames"] = list(self.short_names)
+        if self.categories:
+            entry["categories"] = list(self.categories)
+        entry["storageVersionHash"] = self.storage_version_hash
+        entries = [entry]
+        subresources = sorted(
+            [*self.extra_subresources, *(("status",) if self.status_subresource else ())]
+        )
+        for sub in subresources:
+            verbs = ["update"] if sub == "finalize" else ["get", "patch", "update"]
+            entries.append(
+                {
+                    "name": f"{self.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": self.kind,
+                    "verbs": verbs,
+                }
+            )
+        return entries
+
+
+def builtin_resources() -> list[ResourceDef]:
+    """The built-in resources the fake serves (a small subset of a real cluster's)."""
+    return [
+        ResourceDef(
+            "",
+            ["v1"],
+            "namespaces",
+            "Namespace",
+            namespaced=False,
+            short_names=["ns"],
+            status_subresource=True,
+            returns_deleted_object=True,
+            field_labels=("status.phase",),
+            verbs=tuple(v for v in _CORE_VERBS if v != "deletecollection"),
+            extra_subresources=("finalize",),
+        ),
+        ResourceDef("", ["v1"], "configmaps", "ConfigMap", short_names=["cm"]),
+        ResourceDef("", ["v1"], "secrets", "Secret", field_labels=("type",)),
+        ResourceDef(
+            "",
+            ["v1"],
+            "pods",
+            "Pod",
+            short_names=["po"],
+            categories=["all"],
+            status_subresource=True,
+            returns_deleted_object=True,
+            field_labels=(
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ),
+        ),
+        ResourceDef(
+            "",
+            ["v1"],
+            "events",
+            "Event",
+            short_names=["ev"],
+            field_labels=(
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ),
+        ),
+        ResourceDef(
+            "admissionregistration.k8s.io",
+            ["v1"],
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            namespaced=False,
+            categories=["api-extensions"],
+        ),
+        ResourceDef(
+            "admissionregistration.k8s.io",
+            ["v1"],
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            namespaced=False,
+            categories=["api-extensions"],
+        ),
+        ResourceDef(
+            "apiextensions.k8s.io",
+            ["v1"],
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            namespaced=False,
+            short_names=["crd", "crds"],
+            categories=["api-extensions"],
+            status_subresource=True,
+            tracks_generation=True,
+            returns_deleted_object=True,
+        ),
+        ResourceDef("coordination.k8s.io", ["v1"], "leases", "Lease"),
+        ResourceDef("events.k8s.io", ["v1"], "events", "Event", short_names=["ev"]),
+    ]
+
+
+# ------------------------------------------------------------------------------------- selectors
+
+_LABEL_KEY = r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_LABEL_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
+_RE_EXISTS = re.compile(rf"\s*(!?)\s*({_LABEL_KEY})\s*")
+_RE_EQUALS = re.compile(rf"\s*({_LABEL_KEY})\s*(==|=|!=)\s*({_LABEL_VALUE})\s*")
+_RE_SET = re.compile(rf"\s*({_LABEL_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*")
+_RE_ORDER = re.compile(rf"\s*({_LABEL_KEY})\s*([<>])\s*(-?[0-9]+)\s*")
+_RE_VALUE = re.compile(_LABEL_VALUE)
+
+
+def _split_requirements(text: str) -> list[str]:
+    """Split a selector on the commas that are not inside ``in (...)`` sets."""
+    parts: list[str] = []
+    depth = 0
+    current: list[str] = []
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelSelector:
+    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str | None) -> LabelSelector:
+        if text is None or not text.strip():
+            return cls()
+        requirements: list[tuple[str, str, tuple[str, ...]]] = []
+        for part in _split_requirements(text):
+            if m := _RE_EXISTS.fullmatch(part):
+                requirements.append((m[2], "!" if m[1] else "exists", ()))
+            elif m := _RE_EQUALS.fullmatch(part):
+                requirements.append((m[1], "!=" if m[2] == "!=" else "=", (m[3],)))
+            elif m := _RE_SET.fullmatch(part):
+                values = tuple(v.strip() for v in m[3].split(","))
+                if values == ("",):
+                    raise _bad_request(
+                        f"unable to parse requirement: for '{m[2]}', '{m[2]}' operators,"
+                        " values set can't be empty"
+                    )
+                if not all(_RE_VALUE.fullmatch(v) for v in values):
+                    raise _bad_request(f"unable to parse requirement: invalid values in {part!r}")
+                requirements.append((m[1], m[2], values))
+            elif m := _RE_ORDER.fullmatch(part):
+                requirements.append((m[1], m[2], (m[3],)))
+            else:
+                raise _bad_request(f"unable to parse requirement: {part.strip()!r}")
+        return cls(tuple(requirements))
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        labels = labels or {}
+        for key, op, values in self.requirements:
+            present = key in labels
+            value = labels.get(key)
+            if op == "exists":
+                ok = present
+            elif op == "!":
+                ok = not present
+            elif op == "=":
+                ok = present and value == values[0]
+            elif op == "!=":
+                ok = value != values[0]
+            elif op == "in":
+                ok = present and value in values
+            elif op == "notin":
+                ok = value not in values
+            else:  # "<" / ">" compare integers; non-integer labels never match
+                try:
+                    number = int(value or "")
+                except ValueError:
+                    return False
+                ok = number < int(values[0]) if op == "<" else number > int(values[0])
+            if not ok:
+                return False
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSelector:
+    requirements: tuple[tuple[str, bool, str], ...] = ()  # (field, equal?, value)
+
+    @classmethod
+    def parse(cls, text: str | None, res: ResourceDef) -> FieldSelector:
+        if text is None or not text.strip():
+            return cls()
+        requirements: list[tuple[str, bool, str]] = []
+        for part in text.split(","):
+            m = re.fullmatch(r"\s*([^=!\s]+)\s*(==|=|!=)\s*(.*?)\s*", part)
+            if m is None:
+                raise _bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
+            field, op, value = m[1], m[2], m[3]
+            if field not in res.selectable_fields:
+                if res.custom or res.field_labels:
+                    raise _bad_request(f"field label not supported: {field}")
+                known = ", ".join(f'"{f}"' for f in res.selectable_fields)
+                raise _bad_request(f'"{field}" is not a known field selector: only {known}')
+            requirements.append((field, op != "!=", value))
+        return cls(tuple(requirements))
+
+    def matches(self, obj: Obj) -> bool:
+        for field, equal, expected in self.requirements:
+            value: Any = obj
+            for step in field.split("."):
+                value = value.get(step) if isinstance(value, dict) else None
+            actual = (
+                ""
+                if value is None
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+            )
+            if (actual == expected) != equal:
+                return False
+        return True
+
+
+# ----------------------------------------------------------------------------- patch algorithms
+
+
+class JsonPatchError(Exception):
+    pass
+
+
+def merge_patch(target: JSON, patch: JSON) -> JSON:
+    """RFC 7386: objects merge recursively, ``null`` removes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return clone(patch)
+    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise JsonPatchError(f"invalid JSON pointer: {path!r}")
+    if not path:
+        return []
+    return [token.replace("~1", "/").replace("~0", "~") for token in path[1:].split("/")]
+
+
+def _walk(doc: JSON, tokens: list[str]) -> JSON:
+    for token in tokens:
+        doc = _child(doc, token)
+    return doc
+
+
+def _child(container: JSON, token: str) -> JSON:
+    if isinstance(container, dict):
+        if token not in container:
+            raise JsonPatchError(f"missing key {token!r}")
+        return container[token]
+    if isinstance(container, list):
+        index = _index(container, token, allow_end=False)
+        return container[index]
+    raise JsonPatchError(f"cannot descend into a scalar at {token!r}")
+
+
+def _index(container: list[Any], token: str, *, allow_end: bool) -> int:
+    if allow_end and token == "-":
+        return len(container)
+    if not re.fullmatch(r"0|[1-9][0-9]*", token):
+        raise JsonPatchError(f"invalid array index {token!r}")
+    index = int(token)
+    if index > len(container) or (index == len(container) and not allow_end):
+        raise JsonPatchError(f"array index {index} out of bounds")
+    return index
+
+
+def _add(doc: JSON, tokens: list[str], value: JSON) -> JSON:
+    if not tokens:
+        return value
+    parent = _walk(doc, tokens[:-1])
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        parent.insert(_index(parent, last, allow_end=True), value)
+    else:
+        raise JsonPatchError("cannot add to a scalar")
+    return doc
+
+
+def _remove(doc: JSON, tokens: list[str]) -> tuple[JSON, JSON]:
+    if not tokens:
+        raise JsonPatchError("cannot remove the whole document")
+    parent = _walk(doc, tokens[:-1])
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        if last not in parent:
+            raise JsonPatchError(f"missing key {last!r}")
+        return doc, parent.pop(last)
+    if isinstance(parent, list):
+        return doc, parent.pop(_index(parent, last, allow_end=False))
+    raise JsonPatchError("cannot remove from a scalar")
+
+
+def json_equal(a: JSON, b: JSON) -> bool:
+    """Equality of JSON values where booleans are not numbers (unlike Python's ``True == 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and bool(a == b)
+
+
+def json_patch(doc: JSON, operations: list[Any]) -> JSON:
+    """RFC 6902 on a private copy of ``doc``; raises :class:`JsonPatchError` on any failure."""
+    doc = clone(doc)
+    for op in operations:
+        if not isinstance(op, dict):
+            raise JsonPatchError("an operation must be an object")
+        kind = op.get("op")
+        tokens = _pointer(op.get("path"))
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise JsonPatchError(f"{kind} needs a value")
+        if kind == "add":
+            doc = _add(doc, tokens, clone(op["value"]))
+        elif kind == "remove":
+            doc, _ = _remove(doc, tokens)
+        elif kind == "replace":
+            _walk(doc, tokens)  # must exist
+            if tokens:
+                doc, _ = _remove(doc, tokens)
+            doc = _add(doc, tokens, clone(op["value"]))
+        elif kind in ("move", "copy"):
+            source = _pointer(op.get("from"))
+            if kind == "move":
+                if tokens[: len(source)] == source and tokens != source:
+                    raise JsonPatchError("cannot move a value into its own child")
+                doc, value = _remove(doc, source)
+            else:
+                value = clone(_walk(doc, source))
+            doc = _add(doc, tokens, value)
+        elif kind == "test":
+            if not json_equal(_walk(doc, tokens), op["value"]):
+                raise JsonPatchError(f"testing value {op.get('path')} failed")
+        else:
+            raise JsonPatchError(f"unexpected operation {kind!r}")
+    return doc
+
+
+# --------------------------------------------------------------------------------------- history
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One committed write, as a watch would see it before selector filtering."""
+
+    type: ChangeType
+    resource: ResourceDef
+    rv: int
+    obj: Obj
+    """The new state; for DELETED the last stored state, stamped with the deletion's rv."""
+    old: Obj | None
+    """The previous state (for MODIFIED), to tell selector transitions."""
+
+
+class _History:
+    """The changes of one resource newer than ``floor``, the oldest rv a watch can start at."""
+
+    def __init__(self, floor: int, limit: int) -> None:
+        self.floor = floor
+        self.changes: collections.deque[Change] = collections.deque(maxlen=limit)
+
+    def append(self, change: Change) -> None:
+        if self.changes.maxlen is not None and len(self.changes) == self.changes.maxlen:
+            self.floor = self.changes[0].rv
+        self.changes.append(change)
+
+    def compact(self, rv: int) -> None:
+        self.floor = rv
+        self.changes.clear()
+
+
+def watch_event(
+    change: Change,
+    *,
+    namespace: str | None,
+    labels: LabelSelector,
+    fields: FieldSelector,
+) -> tuple[str, Obj] | None:
+    """How one change appears on a filtered watch, or ``None`` if it is invisible there.
+
+    Like the real watch cache: an object that starts matching is ADDED, one that stops matching
+    is DELETED (carrying its previous state with the new resourceVersion).
+    """
+
+    def visible(obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj.get("metadata", {})
+        if namespace is not None and meta.get("namespace") != namespace:
+            return False
+        return labels.matches(meta.get("labels")) and fields.matches(obj)
+
+    now = visible(change.obj)
+    if change.type != "MODIFIED":
+        return (change.type, change.obj) if now else None
+    before = visible(change.old)
+    if now and before:
+        return ("MODIFIED", change.obj)
+    if now:
+        return ("ADDED", change.obj)
+    if before:
+        assert change.old is not None
+        return ("DELETED", _with_rv(change.old, change.rv))
+    return None
+
+
+def _with_rv(obj: Obj, rv: int) -> Obj:
+    return {**obj, "metadata": {**obj.get("metadata", {}), "resourceVersion": str(rv)}}
+
+
+# ----------------------------------------------------------------------------------------- names
+
+_GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_RE_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_RE_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL_TEXT = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and"
+    " must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used"
+    " for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_DNS_SUBDOMAIN_TEXT = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or"
+    " '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used"
+    " for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def _name_problem(res: ResourceDef, name: str) -> str | None:
+    if res.key == ("", "namespaces"):
+        return _DNS_LABEL_TEXT if len(name) > 63 or not _RE_DNS_LABEL.fullmatch(name) else None
+    if res.plural == "events":
+        # Events are laxer in the real server (e.g. ':' is allowed in their names).
+        return None if re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.:]*", name) else _DNS_SUBDOMAIN_TEXT
+    if len(name) > 253 or not _RE_DNS_SUBDOMAIN.fullmatch(name):
+        return _DNS_SUBDOMAIN_TEXT
+    return None
+
+
+# ----------------------------------------------------------------------------------------- store
+
+
+def encode_continue(rv: int, start: str) -> str:
+    token = _ENCODE.encode({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"})
+    return base64.urlsafe_b64encode(token).decode().rstrip("=")
+
+
+def decode_continue(token: str) -> tuple[int, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        data = _DECODE.decode(raw)
+        rv, start = data["rv"], data["start"]
+        if (
+            data.get("v") != "meta.k8s.io/v1"
+            or not isinstance(rv, int)
+            or not isinstance(start, str)
+        ):
+            raise ValueError("unexpected contents")
+    except (binascii.Error, ValueError, msgspec.DecodeError, KeyError, TypeError) as exc:
+        raise _bad_request(f"invalid continue token: continue key is not valid: {exc}") from None
+    return rv, start.removesuffix("\x00")
+
+
+Listener = Callable[[Change], None]
+
+
+class Store:
+    """All objects of the fake cluster, with the write semantics of kube-apiserver."""
+
+    def __init__(
+        self,
+        *,
+        now: Callable[[], str],
+        history_limit: int = 1000,
+        namespaces: Iterable[str] = ("default", "kube-system", "kube-public", "kube-node-lease"),
+    ) -> None:
+        self.rv = 0
+        self.now = now
+        self.history_limit = history_limit
+        self.compacted_rv = 0
+        self.resources: dict[ResourceKey, ResourceDef] = {}
+        self.listeners: list[Listener] = []
+        self.removal_listeners: list[Callable[[ResourceDef], None]] = []
+        self._objects: dict[ResourceKey, dict[tuple[str, str], Obj]] = {}
+        self._history: dict[ResourceKey, _History] = {}
+        for res in builtin_resources():
+            self.register(res)
+        for name in namespaces:
+            self.create(self.resources[("", "namespaces")], None, {"metadata": {"name": name}})
+
+    # ------------------------------------------------------------------ resources
+
+    def register(self, res: ResourceDef) -> None:
+        """Start serving a resource; a new one gets a watch window starting now."""
+        self.resources[res.key] = res
+        self._objects.setdefault(res.key, {})
+        if res.key not in self._history:
+            self._history[res.key] = _History(self.rv, self.history_limit)
+
+    def unregister(self, key: ResourceKey) -> None:
+        res = self.resources.pop(key, None)
+        self._objects.pop(key, None)
+        self._history.pop(key, None)
+        if res is not None:
+            for listener in list(self.removal_listeners):
+                listener(res)
+
+    def find(self, group: str, version: str, plural: str) -> ResourceDef | None:
+        res = self.resources.get((group, plural))
+        return res if res is not None and version in res.versions else None
+
+    def group_versions(self) -> dict[str, list[str]]:
+        """Served versions per group, preferred first, in registration order."""
+        groups: dict[str, list[str]] = {}
+        for res in self.resources.values():
+            versions = groups.setdefault(res.group, [])
+            for version in res.versions:
+                if version not in versions:
+                    versions.append(version)
+        return groups
+
+    def resolve(self, name: str) -> ResourceDef:
+        """A resource by ``plural`` (the core group wins) or ``plural.group``."""
+        if "." not in name:
+            if ("", name) in self.resources:
+                return self.resources[("", name)]
+            for res in self.resources.values():
+                if res.plural == name:
+                    return res
+        else:
+            plural, group = name.split(".", 1)
+            if (group, plural) in self.resources:
+                return self.resources[(group, plural)]
+        raise KeyError(f"unknown resource: {name!r}")
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, res: ResourceDef, namespace: str | None, name: str) -> Obj:
+        obj = self._objects[res.key].get((namespace or "", name))
+        if obj is None:
+            raise not_found(res, name)
+        return obj
+
+    def peek(self, res: ResourceDef, namespace: str | None, name: str) -> Obj | None:
+        return self._objects[res.key].get((namespace or "", name))
+
+    def iter_objects(self, res: ResourceDef, namespace: str | None = None) -> Iterator[Obj]:
+        """Objects in the order of their etcd keys (``namespace/name``)."""
+        items = self._objects.get(res.key, {})
+        for key in sorted(items, key=lambda k: f"{k[0]}/{k[1]}"):
+            if namespace is None or key[0] == namespace:
+                yield items[key]
+
+    def list_objects(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+    ) -> tuple[list[Obj], Obj]:
+        """The items and the list ``metadata`` (resourceVersion, continue, remainingItemCount)."""
+        labels = LabelSelector.parse(label_selector)
+        fields = FieldSelector.parse(field_selector, res)
+        rv = self.rv
+        start = ""
+        if continue_token:
+            if resource_version:
+                raise _bad_request("specifying resource version is not allowed when using continue")
+            rv, start = decode_continue(continue_token)
+            if rv < self.compacted_rv:
+                raise _expired(
+                    "The provided continue parameter is too old to display a consistent list"
+                    " result. You can start a new list without the continue parameter, or use the"
+                    " continue token in this response to retrieve the remainder of the results."
+                    " Continuing with the provided token results in an inconsistent list - objects"
+                    " that were created, modified, or deleted between the time the first chunk was"
+                    " returned and now may show up in the list."
+                )
+        elif resource_version == "0":
+            limit = None  # served from the watch cache, which ignores paging
+        wide = res.namespaced and namespace is None
+
+        def sort_key(obj: Obj) -> str:
+            meta = obj["metadata"]
+            return f"{meta.get('namespace', '')}/{meta['name']}" if wide else str(meta["name"])
+
+        selected = [
+            obj
+            for obj in self.iter_objects(res, namespace)
+            if labels.matches(obj["metadata"].get("labels")) and fields.matches(obj)
+        ]
+        if start:
+            selected = [obj for obj in selected if sort_key(obj) > start]
+        metadata: Obj = {"resourceVersion": str(rv)}
+        if limit and len(selected) > limit:
+            remaining = len(selected) - limit
+            selected = selected[:limit]
+            metadata["continue"] = encode_continue(rv, sort_key(selected[-1]))
+            if not labels.requirements and not fields.requirements:
+                metadata["remainingItemCount"] = remaining
+        elif res.custom:
+            metadata["continue"] = ""
+        return selected, metadata
+
+    def changes_since(self, res: ResourceDef, rv: int) -> list[Change]:
+        history = self._history[res.key]
+        if rv < history.floor:
+            raise _expired(f"too old resource version: {rv} ({history.floor})")
+        return [change for change in history.changes if change.rv > rv]
+
+    def compact(self) -> None:
+        """Forget all history: watches and continue tokens from before now get 410."""
+        self.compacted_rv = self.rv
+        for history in self._history.values():
+            history.compact(self.rv)
+
+    # ------------------------------------------------------------------ writing: helpers
+
+    def _commit(self, change_type: ChangeType, res: ResourceDef, obj: Obj, old: Obj | None) -> Obj:
+        self.rv += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.rv)
+        key = (meta.get("namespace", ""), meta["name"])
+        if change_type == "DELETED":
+            self._objects[res.key].pop(key, None)
+        else:
+            self._objects[res.key][key] = obj
+        change = Change(change_type, res, self.rv, obj, old)
+        self._history[res.key].append(change)
+        for listener in list(self.listeners):
+            listener(change)
+        return obj
+
+    def _remove(self, res: ResourceDef, obj: Obj) -> Obj:
+        """Drop an object for good; the DELETED event carries its last stored state."""
+        gone = self._commit("DELETED", res, clone(obj), obj)
+        namespace = gone["metadata"].get("namespace")
+        if namespace:
+            self._finish_namespace(namespace)
+        if res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._drop_crd_resource(obj)
+        return gone
+
+    def _normalize_kind(self, res: ResourceDef, body: Obj, name: str | None) -> None:
+        api_version = body.get("apiVersion")
+        kind = body.get("kind")
+        served = [res.api_version(v) for v in res.versions]
+        if res.custom and (not kind or not api_version):
+            missing = "Kind" if not kind else "APIVersion"
+            raw = _ENCODE.encode(body).decode()
+            raise _bad_request(
+                f'{res.kind} in version "{res.storage_version}" cannot be handled as a {res.kind}:'
+                f" unmarshalerDecoder: Object '{missing}' is missing in '{raw}'"
+            )
+        if api_version and api_version not in served:
+            raise _bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API"
+                f" version ({res.api_version()})"
+            )
+        if kind and kind != res.kind:
+            if res.custom:
+                raise _invalid(
+                    res,
+                    name or "",
+                    [("FieldValueInvalid", "kind", f'Invalid value: "{kind}": must be {res.kind}')],
+                    kind=str(kind),
+                )
+            raise _bad_request(
+                f'{kind} in version "{res.storage_version}" cannot be handled as a {res.kind}:'
+                f" converting ({res.storage_version}.{kind}) to ({res.group or 'core'}.{res.kind}):"
+                " unknown conversion"
+            )
+        body["apiVersion"] = res.api_version()
+        body["kind"] = res.kind
+
+    @staticmethod
+    def _ordered(body: Obj) -> Obj:
+        """apiVersion, kind, metadata first: easier to read in test failures."""
+        head: Obj = {k: body[k] for k in ("apiVersion", "kind", "metadata") if k in body}
+        head.update((k, v) for k, v in body.items() if k not in head)
+        return head
+
+    def _check_namespace(self, res: ResourceDef, namespace: str, name: str) -> None:
+        ns = self._objects[("", "namespaces")].get(("", namespace))
+        if ns is None:
+            raise not_found(self.resources[("", "namespaces")], namespace)
+        if ns["metadata"].get("deletionTimestamp"):
+            raise StatusError(
+                403,
+                "Forbidden",
+                f'{res.qualified} "{name}" is forbidden: unable to create new content in namespace'
+                f" {namespace} because it is being terminated",
+                {
+                    **_resource_details(res, name),
+                    "causes": [
+                        {
+                            "reason": "NamespaceTerminating",
+                            "message": f"namespace {namespace} is being terminated",
+                            "field": "metadata.namespace",
+                        }
+                    ],
+                },
+            )
+
+    # ------------------------------------------------------------------ writing: create
+
+    def create(
+        self, res: ResourceDef, namespace: str | None, body: Any, *, keep_status: bool = False
+    ) -> Obj:
+        """Create as a POST would; ``keep_status`` also stores the given status (test access)."""
+        if not isinstance(body, dict):
+            raise _bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
+        body = clone(body)
+        meta = body.get("metadata")
+        if meta is None:
+            meta = body["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise _bad_request("metadata must be an object")
+        self._normalize_kind(res, body, meta.get("name"))
+        if res.namespaced:
+            if meta.get("namespace") and meta["namespace"] != namespace:
+                raise _namespace_mismatch()
+            if not namespace:
+                raise resource_not_found()
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
+
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = self._generate_name(res, namespace, str(meta["generateName"]))
+        if not name:
+            raise _invalid(
+                res,
+                "",
+                [
+                    (
+                        "FieldValueRequired",
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    )
+                ],
+            )
+        name = str(name)
+        if problem := _name_problem(res, name):
+            raise _invalid(
+                res,
+                name,
+                [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {problem}')],
+            )
+        meta["name"] = name
+        if res.namespaced:
+            assert namespace is not None
+            self._check_namespace(res, namespace, name)
+        if self.peek(res, namespace, name) is not None:
+            raise _already_exists(res, name)
+
+        for field in (
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "managedFields",
+            "resourceVersion",
+        ):
+            meta.pop(field, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self.now()
+        if res.tracks_generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
+        status = body.pop("status", None)
+        if not (res.status_subresource and res.custom) and status is not None:
+            body["status"] = status  # otherwise, the status subresource owns it
+        self._prepare_create(res, body)
+        if keep_status and status is not None:
+            body["status"] = status
+        created = self._commit("ADDED", res, self._ordered(body), None)
+        if res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._register_crd(created)
+        return created
+
+    def _generate_name(self, res: ResourceDef, namespace: str | None, prefix: str) -> str:
+        prefix = prefix[:58]
+        while True:
+            suffix = "".join(random.choices(_GENERATE_ALPHABET, k=5))
+            if self.peek(res, namespace, prefix + suffix) is None:
+                return prefix + suffix
+
+    def _prepare_create(self, res: ResourceDef, body: Obj) -> None:
+        """Per-kind defaults the real strategies and controllers fill in."""
+        if res.key == ("", "namespaces"):
+            body.setdefault("spec", {})["finalizers"] = ["kubernetes"]
+            body["status"] = {"phase": "Active"}
+        elif res.key == ("", "pods"):
+            body["status"] = {"phase": "Pending"}
+        elif res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._prepare_crd(res, body, None)
+
+    # ------------------------------------------------------------------ writing: updates
+
+    def replace(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        """Replace as a PUT would; ``subresource="*"`` replaces status too (test access)."""
+        if not isinstance(body, dict):
+            raise _bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
+        body = clone(body)
+        meta = body.get("metadata")
+        if not isinstance(meta, dict):
+            meta = body["metadata"] = {}
+        if meta.get("name", name) != name:
+            raise _name_mismatch(meta.get("name"), name)
+        if res.namespaced and meta.get("namespace", namespace) != namespace:
+            raise _namespace_mismatch()
+        self._normalize_kind(res, body, name)
+        old = self.get(res, namespace, name)
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise _conflict(res, name)
+        if not rv and res.custom:
+            raise _invalid(
+                res,
+                name,
+                [
+                    (
+                        "FieldValueInvalid",
+                        "metadata.resourceVersion",
+                        "Invalid value: 0x0: must be specified for an update",
+                    )
+                ],
+                by_resource=True,
+            )
+        return self._update(res, old, body, subresource=subresource)
+
+    def patch(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        data: bytes,
+        *,
+        subresource: str | None = None,
+    ) -> Obj:
+        content_type = content_type.split(";")[0].strip().lower()
+        supported = ["application/json-patch+json", "application/merge-patch+json"]
+        if not res.custom:
+            supported.append("application/strategic-merge-patch+json")
+        if content_type not in supported:
+            # Server-side apply (application/apply-patch+yaml) is not emulated either.
+            if res.custom:
+                raise StatusError(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types"
+                    " include: application/json-patch+json, application/merge-patch+json,"
+                    " application/apply-patch+yaml",
+                )
+            raise StatusError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+        old = self.get(res, namespace, name)
+        current = clone(old)
+        if content_type == "application/json-patch+json":
+            try:
+                operations = _DECODE.decode(data)
+            except msgspec.DecodeError as exc:
+                raise _bad_request(str(exc)) from None
+            if not isinstance(operations, list):
+                raise _bad_request(
+                    "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+                )
+            try:
+                patched = json_patch(current, operations)
+            except JsonPatchError:
+                raise StatusError(
+                    422,
+                    "Invalid",
+                    "the server rejected our request due to an error in our request",
+                    {},
+                ) from None
+        else:
+            # Strategic merge is treated as a plain merge: lists are replaced, not merged by key.
+            try:
+                patch = _DECODE.decode(data)
+            except msgspec.DecodeError:
+                raise StatusError(500, "", "Invalid JSON Patch") from None
+            patched = merge_patch(current, patch)
+        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+            raise _bad_request("the patched object is not a Kubernetes object")
+        meta = patched["metadata"]
+        if meta.get("name") != name:
+            raise _name_mismatch(meta.get("name"), name)
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise _conflict(res, name)
+        return self._update(res, old, patched, subresource=subresource)
+
+    def _update(self, res: ResourceDef, old: Obj, new: Obj, *, subresource: str | None) -> Obj:
+        """Apply the update rules of the real registry to ``new`` (a private copy) and commit."""
+        if subresource == "status":
+            status = new.get("status")
+            new = clone(old)
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif res.status_subresource and subresource != "*":
+            if "status" in old:
+                new["status"] = clone(old["status"])
+            else:
+                new.pop("status", None)
+
+        meta = new.setdefault("metadata", {})
+        old_meta = old["metadata"]
+        new["apiVersion"] = res.api_version()
+        new["kind"] = res.kind
+        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            raise _invalid(
+                res,
+                old_meta["name"],
+                [
+                    (
+                        "FieldValueInvalid",
+                        "metadata.uid",
+                        f'Invalid value: "{meta["uid"]}": field is immutable',
+                    )
+                ],
+            )
+        meta["name"] = old_meta["name"]
+        if "namespace" in old_meta:
+            meta["namespace"] = old_meta["namespace"]
+        else:
+            meta.pop("namespace", None)
+        for field in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        meta.pop("managedFields", None)
+        meta.pop("selfLink", None)
+        meta["resourceVersion"] = old_meta["resourceVersion"]
+        if not meta.get("finalizers"):
+            meta.pop("finalizers", None)
+
+        deleting = bool(old_meta.get("deletionTimestamp"))
+        if deleting:
+            added = [
+                f for f in meta.get("finalizers", []) if f not in old_meta.get("finalizers", [])
+            ]
+            if added:
+                found = "[]string{" + ", ".join(f'"{f}"' for f in added) + "}"
+                message = (
+                    "Forbidden: no new finalizers can be added if the object is being deleted,"
+                    f" found new finalizers {found}"
+                )
+                raise _invalid(
+                    res, meta["name"], [("FieldValueForbidden", "metadata.finalizers", message)]
+                )
+
+        if res.key == ("apiextensions.k8s.io", "customresourcedefinitions") and subresource is None:
+            self._prepare_crd(res, new, old)
+        if res.tracks_generation and self._spec_changed(res, old, new):
+            meta["generation"] = int(old_meta.get("generation", 0)) + 1
+
+        new = self._ordered(new)
+        if json_equal(new, old):
+            return old  # a no-op write stores nothing and emits no event
+        if deleting and not meta.get("finalizers") and self._may_vanish(res, new):
+            # The last finalizer is gone: the registry deletes the stored object instead of
+            # writing the update. The caller gets the update as it would have been stored.
+            self._remove(res, old)
+            return new
+        committed = self._commit("MODIFIED", res, new, old)
+        if res.key == ("apiextensions.k8s.io", "customresourcedefinitions") and not deleting:
+            self._register_crd(committed)
+        return committed
+
+    @staticmethod
+    def _spec_changed(res: ResourceDef, old: Obj, new: Obj) -> bool:
+        ignored = {"metadata", "status"} if res.status_subresource else {"metadata"}
+        return not json_equal(
+            {k: v for k, v in old.items() if k not in ignored},
+            {k: v for k, v in new.items() if k not in ignored},
+        )
+
+    def _may_vanish(self, res: ResourceDef, obj: Obj) -> bool:
+        if res.key == ("", "namespaces"):
+            return self._namespace_empty(obj["metadata"]["name"])
+        return True
+
+    # ------------------------------------------------------------------ writing: deletion
+
+    def delete(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+    ) -> Obj:
+        """Delete or mark for deletion; returns what the real DELETE responds with."""
+        obj = self.get(res, namespace, name)
+        meta = obj["metadata"]
+        preconditions = (options or {}).get("preconditions") or {}
+        for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted = preconditions.get(field)
+            if wanted and wanted != meta.get(field):
+                raise StatusError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: {label} in precondition: {wanted},"
+                    f" {label} in object meta: {meta.get(field)}",
+                    _resource_details(res, name),
+                )
+        if res.key == ("", "namespaces"):
+            return self._delete_namespace(obj)
+        if res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            return self._delete_crd(res, obj)
+        if meta.get("deletionTimestamp"):
+            return obj
+        if meta.get("finalizers"):
+            return self._mark_deleting(res, obj)
+        self._remove(res, obj)
+        return self._deleted_reply(res, obj)
+
+    def _deleted_reply(self, res: ResourceDef, obj: Obj) -> Obj:
+        if res.returns_deleted_object:
+            return obj
+        details = _resource_details(res, obj["metadata"]["name"])
+        details["uid"] = obj["metadata"]["uid"]
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": details,
+        }
+
+    def _mark_deleting(self, res: ResourceDef, obj: Obj, *, grace: bool = True) -> Obj:
+        new = clone(obj)
+        meta = new["metadata"]
+        meta["deletionTimestamp"] = self.now()
+        if grace:
+            meta["deletionGracePeriodSeconds"] = 0
+        if res.tracks_generation and "generation" in meta:
+            meta["generation"] = int(meta["generation"]) + 1
+        return self._commit("MODIFIED", res, new, obj)
+
+    def delete_collection(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[Obj], Obj]:
+        items, metadata = self.list_objects(
+            res, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        for obj in items:
+            meta = obj["metadata"]
+            if self.peek(res, meta.get("namespace"), meta["name"]) is not None:
+                self.delete(res, meta.get("namespace"), meta["name"])
+        return items, metadata
+
+    # Namespaces: the fake plays the namespace controller at once, like a cluster with
+    # kube-controller-manager would shortly after: contents are deleted (honouring their
+    # finalizers) and the namespace disappears when it is empty.
+
+    def _delete_namespace(self, ns: Obj) -> Obj:
+        res = self.resources[("", "namespaces")]
+        name = ns["metadata"]["name"]
+        if not ns["metadata"].get("deletionTimestamp"):
+            new = clone(ns)
+            new["metadata"]["deletionTimestamp"] = self.now()
+            new["status"] = {**new.get("status", {}), "phase": "Terminating"}
+            ns = self._commit("MODIFIED", res, new, ns)
+        for other in list(self.resources.values()):
+            if not other.namespaced:
+                continue
+            for obj in list(self.iter_objects(other, name)):
+                if not obj["metadata"].get("deletionTimestamp"):
+                    self.delete(other, name, obj["metadata"]["name"])
+        self._finish_namespace(name)
+        return ns
+
+    def _namespace_empty(self, namespace: str) -> bool:
+        return not any(
+            next(self.iter_objects(res, namespace), None) is not None
+            for res in self.resources.values()
+            if res.namespaced
+        )
+
+    def _finish_namespace(self, namespace: str) -> None:
+        res = self.resources[("", "namespaces")]
+        ns = self.peek(res, None, namespace)
+        if ns is None or not ns["metadata"].get("deletionTimestamp"):
+            return
+        if ns["metadata"].get("finalizers") or not self._namespace_empty(namespace):
+            return
+        self._remove(res, ns)
+
+    # ------------------------------------------------------------------ CRDs
+
+    def _prepare_crd(self, res: ResourceDef, body: Obj, old: Obj | None) -> None:
+        spec = body.get("spec")
+        name = body["metadata"]["name"]
+        if not isinstance(spec, dict):
+            raise _invalid(res, name, [("FieldValueRequired", "spec", "Required value")])
+        group = spec.get("group")
+        names = spec.get("names") or {}
+        plural = names.get("plural")
+        kind = names.get("kind")
+        problems: list[tuple[str, str, str]] = []
+        if not group:
+            problems.append(("FieldValueRequired", "spec.group", "Required value"))
+        if not plural:
+            problems.append(("FieldValueRequired", "spec.names.plural", "Required value"))
+        if not kind:
+            problems.append(("FieldValueRequired", "spec.names.kind", "Required value"))
+        if spec.get("scope") not in ("Namespaced", "Cluster"):
+            problems.append(
+                (
+                    "FieldValueNotSupported",
+                    "spec.scope",
+                    f'Unsupported value: "{spec.get("scope", "")}":'
+                    ' supported values: "Cluster", "Namespaced"',
+                )
+            )
+        versions = spec.get("versions") or []
+        storage = [v for v in versions if isinstance(v, dict) and v.get("storage")]
+        if len(storage) != 1:
+            problems.append(
+                (
+                    "FieldValueInvalid",
+                    "spec.versions",
+                    "must have exactly one version marked as storage version",
+                )
+            )
+        if plural and group and name != f"{plural}.{group}":
+            problems.append(
+                (
+                    "FieldValueInvalid",
+                    "metadata.name",
+                    f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+                )
+            )
+        if problems:
+            raise _invalid(res, name, problems)
+        if old is not None:
+            old_spec = old.get("spec", {})
+            if old_spec.get("group") != group or old_spec.get("scope") != spec.get("scope"):
+                raise _invalid(
+                    res,
+                    name,
+                    [
+                        (
+                            "FieldValueInvalid",
+                            "spec.group" if old_spec.get("group") != group else "spec.scope",
+                            "field is immutable",
+                        )
+                    ],
+                )
+        names.setdefault("singular", str(kind).lower())
+        names.setdefault("listKind", f"{kind}List")
+        spec["names"] = names
+        spec.setdefault("conversion", {"strategy": "None"})
+        if old is None:
+            now = self.now()
+            body["status"] = {
+                "conditions": [
+                    {
+                        "type": "NamesAccepted",
+                        "status": "True",
+                        "lastTransitionTime": now,
+                        "reason": "NoConflicts",
+                        "message": "no conflicts found",
+                    },
+                    {
+                        "type": "Established",
+                        "status": "True",
+                        "lastTransitionTime": now,
+                        "reason": "InitialNamesAccepted",
+                        "message": "the initial names have been accepted",
+                    },
+                ],
+                "acceptedNames": dict(names),
+                "storedVersions": [storage[0]["name"]],
+            }
+        else:
+            status = body.setdefault("status", {})
+            status["acceptedNames"] = dict(names)
+            stored = status.setdefault("storedVersions", [])
+            if storage[0]["name"] not in stored:
+                stored.append(storage[0]["name"])
+
+    def _register_crd(self, crd: Obj) -> None:
+        spec = crd["spec"]
+        names = spec["names"]
+        versions = [v for v in spec["versions"] if v.get("served", True)]
+        versions.sort(key=lambda v: not v.get("storage"))
+        if not versions:
+            self.unregister((spec["group"], names["plural"]))
+            return
+        res = ResourceDef(
+            group=spec["group"],
+            versions=[v["name"] for v in versions],
+            plural=names["plural"],
+            kind=names["kind"],
+            namespaced=spec["scope"] == "Namespaced",
+            singular=names.get("singular", ""),
+            list_kind=names.get("listKind", ""),
+            short_names=list(names.get("shortNames", [])),
+            categories=list(names.get("categories", [])),
+            status_subresource=any("status" in (v.get("subresources") or {}) for v in versions),
+            tracks_generation=True,
+            custom=True,
+            verbs=_CUSTOM_VERBS,
+        )
+        self.register(res)
+
+    def _delete_crd(self, res: ResourceDef, crd: Obj) -> Obj:
+        # The real server marks the CRD, lets a controller delete every custom object, then
+        # removes the CRD; here it happens at once, and custom objects' finalizers are ignored.
+        if crd["metadata"].get("deletionTimestamp"):
+            return crd
+        new = clone(crd)
+        new["metadata"]["deletionTimestamp"] = self.now()
+        new["metadata"]["finalizers"] = [
+            *new["metadata"].get("finalizers", []),
+            "customresourcecleanup.apiextensions.k8s.io",
+        ]
+        marked = self._commit("MODIFIED", res, new, crd)
+        key = (crd["spec"]["group"], crd["spec"]["names"]["plural"])
+        custom = self.resources.get(key)
+        if custom is not None:
+            for obj in list(self.iter_objects(custom)):
+                self._commit("DELETED", custom, clone(obj), obj)
+        remaining = [
+            f
+            for f in marked["metadata"]["finalizers"]
+            if f != "customresourcecleanup.apiextensions.k8s.io"
+        ]
+        if remaining:
+            cleaned = clone(marked)
+            cleaned["metadata"]["finalizers"] = remaining
+            self._commit("MODIFIED", res, cleaned, marked)
+            self.unregister(key)
+        else:
+            self._remove(res, marked)
+        return marked
+
+    def _drop_crd_resource(self, crd: Obj) -> None:
+        key = (crd["spec"]["group"], crd["spec"]["names"]["plural"])
+        custom = self.resources.get(key)
+        if custom is not None:
+            for obj in list(self.iter_objects(custom)):
+                self._commit("DELETED", custom, clone(obj), obj)
+            self.unregister(key)
