@@ -61,6 +61,10 @@ from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
 from trioperator._runtime.execution import execute as execute
 from trioperator._runtime.operator import Operator as Operator
+from trioperator._runtime.posting import event as event
+from trioperator._runtime.posting import exception as exception
+from trioperator._runtime.posting import info as info
+from trioperator._runtime.posting import warn as warn
 from trioperator._version import __version__ as __version__
 from trioperator.on import daemon as daemon
 from trioperator.on import index as index
@@ -117,10 +121,13 @@ __all__ = [
     "all_",
     "any_",
     "daemon",
+    "event",
+    "exception",
     "execute",
     "get_default_lifecycle",
     "get_default_registry",
     "index",
+    "info",
     "login_with_kubeconfig",
     "login_with_service_account",
     "none_",
@@ -133,4 +140,5 @@ __all__ = [
     "set_default_registry",
     "subhandler",
     "timer",
+    "warn",
 ]

@@ -23,6 +23,7 @@ from cyclopts import App, Parameter
 from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
 from trioperator._runtime.operator import Operator
+from trioperator._runtime.probing import parse_endpoint
 from trioperator._version import __version__
 
 app = App(
@@ -50,6 +51,7 @@ def run(
         bool, Parameter(name=["-A", "--all-namespaces"], negative="")
     ] = False,
     standalone: Annotated[bool, Parameter(negative="")] = False,
+    liveness: Annotated[str | None, Parameter(name=["-L", "--liveness"])] = None,
     verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
     debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
     quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
@@ -71,6 +73,8 @@ def run(
         Serve the whole cluster (the default when no namespace is given).
     standalone
         Do not coordinate with other operators (the only mode for now).
+    liveness
+        Serve the liveness probe at this URL, e.g. http://0.0.0.0:8080/healthz (http only).
     verbose
         Log at DEBUG level.
     debug
@@ -89,6 +93,11 @@ def run(
     ]
     if namespaces and all_namespaces:
         raise UsageError("Either --namespace or --all-namespaces, not both.")
+    if liveness is not None:
+        try:
+            parse_endpoint(liveness)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     configure_logging(
         verbose=verbose,
         debug=debug,
@@ -104,6 +113,7 @@ def run(
         namespaces=namespaces,
         clusterwide=not namespaces,
         handle_signals=True,
+        liveness_endpoint=liveness,
     )
     trio.run(operator.main)
     return 0

@@ -10,6 +10,7 @@ import trio
 
 from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
+from trioperator._client.watching import WatchHealth
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.memories import Memories
@@ -68,6 +69,8 @@ class ResourceContext:
     namespace: str | None
     memories: Memories
     worker_slots: trio.Semaphore | None = None
+    health: WatchHealth = dataclasses.field(default_factory=WatchHealth)
+    """The watcher's signs of life, for the liveness probe."""
 
     @property
     def api(self) -> APIClient:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Collection
+from functools import partial
 from typing import Any
 
 import trio
@@ -37,6 +38,7 @@ from trioperator._client.config import login_with_kubeconfig, login_with_service
 from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
 from trioperator._client.discovery import scan_resources
 from trioperator._client.resources import Resource
+from trioperator._client.watching import WatchHealth
 from trioperator._engine.errors import ActivityError, ErrorsMode
 from trioperator._engine.handlers import Activity, ActivityHandler
 from trioperator._engine.ids import HandlerId
@@ -48,6 +50,8 @@ from trioperator._runtime.contexts import OperatorContext, ResourceContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import make_limiter
 from trioperator._runtime.memories import Memories
+from trioperator._runtime.posting import install_poster, open_poster_channel, run_poster
+from trioperator._runtime.probing import serve_liveness
 from trioperator._runtime.watcher import run_watcher
 
 logger = logging.getLogger("trioperator")
@@ -72,6 +76,7 @@ class Operator:
         namespaces: Collection[str] = (),
         clusterwide: bool = False,
         handle_signals: bool = False,
+        liveness_endpoint: str | None = None,
     ) -> None:
         self.registry = registry if registry is not None else get_default_registry()
         self.settings = settings if settings is not None else OperatorSettings()
@@ -80,6 +85,12 @@ class Operator:
         self.namespaces = tuple(namespaces)
         self.clusterwide = clusterwide or not self.namespaces
         self.handle_signals = handle_signals
+        self.liveness_endpoint = liveness_endpoint
+        """``http://host:port/path`` to serve the liveness probe on; ``None``: not served."""
+        self.watchers_health: dict[str, WatchHealth] = {}
+        """The health signals of the running watchers, by name, for the liveness probe."""
+        self.liveness_port: int | None = None
+        """The port the liveness endpoint is bound to (e.g. when asked for port 0)."""
         self.ready_flag = trio.Event()
         """Set when every watcher has routed its initial listing."""
         self.stop_flag = trio.Event()
@@ -107,28 +118,68 @@ class Operator:
             limiter=context.thread_limiter,
         )
 
-        await self._run_activity(Activity.STARTUP, execution)
-        # Startup handlers may have changed the settings (e.g. max_workers).
-        context.thread_limiter.total_tokens = settings.execution.max_workers or 40
-        execution.default_backoff = settings.execution.default_backoff
+        # k8s Events: from here on, trioperator.event() & co. (in this task, the tasks it
+        # starts, and their threads) queue to this operator; the poster posts them once the API
+        # is reachable (so even startup handlers may post).
+        send_events, receive_events = open_poster_channel()
+        with install_poster(send_events, settings=settings):
+            await self._run_activity(Activity.STARTUP, execution)
+            # Startup handlers may have changed the settings (e.g. max_workers).
+            context.thread_limiter.total_tokens = settings.execution.max_workers or 40
+            execution.default_backoff = settings.execution.default_backoff
 
-        try:
-            async with trio.open_nursery() as root:
-                if self.handle_signals:
-                    await root.start(_watch_signals, self.stop_flag, root.cancel_scope)
-                await root.start(self._run_authenticator, execution)
-                api = self.api = context.api = APIClient(self.vault, settings.networking)
-                try:
-                    await self._serve(context)
-                finally:
-                    root.cancel_scope.cancel()
-        finally:
-            with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-                await self._run_activity(Activity.CLEANUP, execution)
-            if self.api is not None:
-                with trio.CancelScope(shield=True):
-                    await api.aclose()
-            self.vault.close()
+            try:
+                async with trio.open_nursery() as root:
+                    if self.handle_signals:
+                        await root.start(_watch_signals, self.stop_flag, root.cancel_scope)
+                    if self.liveness_endpoint is not None:
+                        self.liveness_port = await root.start(
+                            partial(
+                                serve_liveness,
+                                endpoint=self.liveness_endpoint,
+                                registry=self.registry,
+                                settings=settings,
+                                memo=self.memo,
+                                execution=execution,
+                                health=self.watchers_health,
+                            )
+                        )
+                    await root.start(self._run_authenticator, execution)
+                    api = self.api = context.api = APIClient(self.vault, settings.networking)
+                    try:
+                        async with trio.open_nursery() as posting:
+                            await posting.start(
+                                partial(
+                                    run_poster,
+                                    api,
+                                    settings=settings,
+                                    receive=receive_events,
+                                    default_namespace=self._default_namespace(),
+                                )
+                            )
+                            try:
+                                await self._serve(context)
+                            finally:
+                                # Nothing is handled any more: the poster posts what is queued
+                                # (for a bounded time) and exits. If serving failed, the
+                                # nursery cancels the poster at once instead.
+                                send_events.close()
+                    finally:
+                        root.cancel_scope.cancel()
+            finally:
+                with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+                    await self._run_activity(Activity.CLEANUP, execution)
+                if self.api is not None:
+                    with trio.CancelScope(shield=True):
+                        await api.aclose()
+                self.vault.close()
+
+    def _default_namespace(self) -> str | None:
+        """Where events about cluster-scoped objects go: the credentials' namespace, if any."""
+        for _, info in self.vault.items():
+            if info.default_namespace:
+                return info.default_namespace
+        return None
 
     async def _serve(self, context: OperatorContext) -> None:
         assert self.api is not None
@@ -155,9 +206,14 @@ class Operator:
                         ),
                     )
                     await watchers.start(run_watcher, resource_ctx)
+                    # Only now: until its stream starts, a watcher is not alive yet.
+                    where = f"in {namespace!r}" if namespace is not None else "cluster-wide"
+                    self.watchers_health[f"{resource} {where}"] = resource_ctx.health
             self.ready_flag.set()
             logger.info(f"The operator is ready: serving {len(self.served)} resource(s).")
             await context.stopping.wait()
+            # Watchers end on purpose now: not a failure for the liveness probe to report.
+            self.watchers_health.clear()
             logger.info("Stop requested; finishing the work in progress.")
 
     async def _run_activity(self, activity: Activity, execution: Execution) -> None:

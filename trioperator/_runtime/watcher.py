@@ -76,6 +76,7 @@ async def run_watcher(
                     ctx.namespace,
                     settings=settings.watching,
                     send=send_events,
+                    health=ctx.health,
                 ),
                 name=f"stream {ctx.resource} in {ctx.namespace or '*'}",
             )

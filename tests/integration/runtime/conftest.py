@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 import trio
@@ -14,7 +14,9 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.operator import Operator
 from trioperator.testing import FakeAPI
-from trioperator.testing._fakestore import Change
+
+if TYPE_CHECKING:
+    from trioperator.testing._fakestore import Change
 
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",

@@ -227,3 +227,34 @@ async def test_errors_mode_decides_about_arbitrary_exceptions(
     await trio.sleep(100)
     assert len(attempts) == 1
     assert logs.count(f"Creation is processed: {succeeded} succeeded; {failed} failed.") == 1
+
+
+async def test_long_delays_are_slept_in_portions_of_ten_minutes(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, logs: Any
+) -> None:
+    attempts: list[float] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(retry: int, **_: Any) -> None:
+        attempts.append(trio.current_time())
+        if retry == 0:
+            raise kopf.TemporaryError("much later", delay=1000)
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: bool(attempts))
+    t0 = attempts[0]
+
+    def touches() -> int:
+        return sum(1 for _, _, body in running.writes() if TOUCH in str(body))
+
+    await trio.sleep(599)
+    assert touches() == 0
+    await trio.sleep(2)
+    assert touches() == 1  # at 600 s: touched, woken up, and sleeping for the rest
+    assert logs.count("Sleeping for 1000.0 (capped 600) seconds for the delayed handlers.") == 1
+    await trio.sleep(398)
+    assert len(attempts) == 1
+    await running.wait_for(lambda: handled(running))
+    assert [t - t0 for t in attempts] == pytest.approx([0, 1000], abs=1e-5)
+    assert logs.count("Sleeping for 400.0 seconds for the delayed handlers.") == 1

@@ -1,0 +1,143 @@
+"""The operator's program-level activities (event poster, liveness probes) against the fake API.
+
+Each piece runs in the test's nursery on trio's mock clock, with an API client of a vault that
+points at the fake API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import trio
+from trioperator._client.api import APIClient
+from trioperator._client.credentials import ConnectionInfo, Vault
+from trioperator._client.settings import NetworkingSettings
+from trioperator._engine.registry import OperatorRegistry
+from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.execution import Execution
+from trioperator._runtime.invocation import make_limiter
+from trioperator._runtime.posting import (
+    K8sEvent,
+    ObjectEventsHandler,
+    install_poster,
+    open_poster_channel,
+    run_poster,
+)
+from trioperator.testing import FakeAPI
+
+
+@pytest.fixture
+async def fake_api() -> AsyncIterator[FakeAPI]:
+    async with FakeAPI.serve() as api:
+        yield api
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    return OperatorSettings()
+
+
+@pytest.fixture
+def registry() -> OperatorRegistry:
+    return OperatorRegistry()
+
+
+@pytest.fixture
+async def api_client(fake_api: FakeAPI) -> AsyncIterator[APIClient]:
+    vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
+    # Short backoffs: a failing POST is retried a few times, then given up quickly.
+    networking = NetworkingSettings(error_backoffs=(1, 2))
+    async with APIClient(vault, networking) as client:
+        yield client
+
+
+@pytest.fixture
+def execution() -> Execution:
+    basetime = datetime.datetime(2020, 12, 31, tzinfo=datetime.UTC)
+    return Execution(
+        now=lambda: basetime + datetime.timedelta(seconds=trio.current_time()),
+        default_backoff=60,
+        limiter=make_limiter(None),
+    )
+
+
+class Posting:
+    """Starts a poster in the test's nursery and installs it for the test's own task."""
+
+    def __init__(self, nursery: trio.Nursery, api: APIClient, settings: OperatorSettings) -> None:
+        self.nursery = nursery
+        self.api = api
+        self.settings = settings
+        self.send: trio.MemorySendChannel[K8sEvent] | None = None
+        self.finished = trio.Event()
+
+    @contextlib.asynccontextmanager
+    async def running(self, **kwargs: Any) -> AsyncIterator[Posting]:
+        """While inside, ``trioperator.event()`` & co. of this task queue to a running poster.
+
+        (A context manager entered in the test's own task: a context variable set by a
+        fixture would not be seen by the test.)
+        """
+        send, receive = open_poster_channel()
+        self.send = send
+
+        async def poster(*, task_status: trio.TaskStatus[None]) -> None:
+            try:
+                await run_poster(
+                    self.api,
+                    settings=self.settings,
+                    receive=receive,
+                    task_status=task_status,
+                    **kwargs,
+                )
+            finally:
+                self.finished.set()
+
+        await self.nursery.start(poster)
+        with install_poster(send, settings=self.settings):
+            yield self
+
+    def close(self) -> None:
+        """Close the queue, as the operator does when it stops gracefully."""
+        assert self.send is not None
+        self.send.close()
+
+
+@pytest.fixture
+def posting(nursery: trio.Nursery, api_client: APIClient, settings: OperatorSettings) -> Posting:
+    return Posting(nursery, api_client, settings)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_log_handler() -> Iterator[None]:
+    """The log-to-events handler is installed once per process; keep tests independent."""
+    yield
+    ObjectEventsHandler.uninstall()
+
+
+@pytest.fixture
+def caplog_trioperator(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG, logger="trioperator")
+    return caplog
+
+
+async def wait_until(predicate: Any, limit: float = 600) -> None:
+    """Poll every 10 ms of mock time (real I/O with the fake API is in flight)."""
+    with trio.fail_after(limit):
+        while not predicate():  # noqa: ASYNC110 -- polling what the fake API holds
+            await trio.sleep(0.01)
+
+
+class Helpers:
+    # Test modules cannot import from a conftest (importlib mode): helpers ride on a fixture.
+    wait_until = staticmethod(wait_until)
+
+
+@pytest.fixture
+def helpers() -> type[Helpers]:
+    return Helpers
