@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NAMESPACE = "trioperator-demo"
+NAMESPACE_BASE = "trioperator-demo"
 OPERATOR = ROOT / "examples" / "05-handlers" / "example.py"
 
 
@@ -44,7 +44,7 @@ def apiserver_running() -> bool:
 
 
 class Operator:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], namespace: str) -> None:
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [
@@ -55,7 +55,7 @@ class Operator:
                 "--verbose",
                 "--log-format=plain",
                 "-n",
-                NAMESPACE,
+                namespace,
                 str(OPERATOR),
             ],
             env=env,
@@ -119,7 +119,7 @@ def main() -> int:
 
     def show_object() -> None:
         obj = json.loads(
-            kubectl("get", "kopfexample", "kopf-example-1", "-n", NAMESPACE, "-o", "json")
+            kubectl("get", "kopfexample", "kopf-example-1", "-n", namespace, "-o", "json")
         )
         meta = obj["metadata"]
         shown = {
@@ -135,28 +135,38 @@ def main() -> int:
         for line in json.dumps(shown, indent=2).splitlines():
             print(f"    object   | {line}")
 
+    namespace = NAMESPACE_BASE
     operator: Operator | None = None
     try:
         step("Applying the example CRD (examples/crd.yaml) and a namespace for the demo")
         kubectl("apply", "-f", str(ROOT / "examples" / "crd.yaml"))
         kubectl("wait", "--for=condition=Established", "crd/kopfexamples.kopf.dev", "--timeout=30s")
-        kubectl("create", "namespace", NAMESPACE, quiet=True)
+        # Without kube-controller-manager a deleted namespace stays Terminating for ever, so the
+        # demo keeps its namespace, and picks another one if an older one is stuck terminating.
+        namespace = NAMESPACE_BASE
+        for index in range(1, 100):
+            jsonpath = "jsonpath={.status.phase}"
+            phase = kubectl("get", "namespace", namespace, "-o", jsonpath, quiet=True).strip()
+            if phase in ("", "Active"):
+                break
+            namespace = f"{NAMESPACE_BASE}-{index}"
+        kubectl("create", "namespace", namespace, quiet=True)
         kubectl(
             "delete",
             "kopfexample",
             "kopf-example-1",
             "-n",
-            NAMESPACE,
+            namespace,
             "--ignore-not-found",
             "--wait=false",
         )
 
-        step(f"Running the operator: trioperator run -n {NAMESPACE} {OPERATOR.relative_to(ROOT)}")
-        operator = Operator(env)
+        step(f"Running the operator: trioperator run -n {namespace} {OPERATOR.relative_to(ROOT)}")
+        operator = Operator(env, namespace)
         operator.wait_for("The operator is ready")
 
         step("Creating the object (examples/obj.yaml)")
-        kubectl("apply", "-n", NAMESPACE, "-f", str(ROOT / "examples" / "obj.yaml"))
+        kubectl("apply", "-n", namespace, "-f", str(ROOT / "examples" / "obj.yaml"))
         operator.wait_for(r"Creation is processed")
         time.sleep(1)
         show_object()
@@ -167,7 +177,7 @@ def main() -> int:
             "kopfexample",
             "kopf-example-1",
             "-n",
-            NAMESPACE,
+            namespace,
             "--type=merge",
             "-p",
             '{"spec": {"field": "changed"}}',
@@ -177,9 +187,9 @@ def main() -> int:
         show_object()
 
         step("Deleting the object (the finalizer holds it until the delete handlers are done)")
-        kubectl("delete", "kopfexample", "kopf-example-1", "-n", NAMESPACE, "--wait=false")
+        kubectl("delete", "kopfexample", "kopf-example-1", "-n", namespace, "--wait=false")
         operator.wait_for(r"Deleted, really deleted")
-        remaining = kubectl("get", "kopfexamples", "-n", NAMESPACE, "-o", "name")
+        remaining = kubectl("get", "kopfexamples", "-n", namespace, "-o", "name")
         print(f"    object   | gone: {not remaining.strip()}")
 
         step("Stopping the operator gracefully (SIGINT)")
@@ -190,7 +200,6 @@ def main() -> int:
     finally:
         if operator is not None:
             operator.stop()
-        kubectl("delete", "namespace", NAMESPACE, "--wait=false", quiet=True)
         if started_cluster:
             step("Stopping the local kube-apiserver the demo started (scripts/kube-down)")
             subprocess.run([str(ROOT / "scripts" / "kube-down")], check=False)
