@@ -1,0 +1,1448 @@
+"""trioperator vs. Kopf on the same kube-apiserver, in one run.
+
+    python benchmarks/run.py [--quick] [--sizes 500,2000] [--repeat 3] [...]
+
+See benchmarks/README.md for what is measured and how to read the figures. In short, per size N
+and per repetition (frameworks alternate their order between repetitions):
+
+* ceiling: a raw client (httpx2 under trio, aiohttp under asyncio) sends N fresh objects the
+  two merge-patches a framework sends per handled creation -- what this API server allows;
+* burst: an operator (same source for both frameworks) is started and proven ready with a
+  sentinel object; then a separate process creates N objects with many concurrent creators
+  and the harness, with its own watch, times until every object shows the handler's result.
+  Meanwhile: the operator's CPU (utime+stime), its peak RSS (VmHWM) and the API server's own
+  request counters (``apiserver_request_total``) per verb, divided by N;
+* restart + idle (async handler only): the operator is restarted over the N handled objects;
+  time and CPU until it is quiet, the API calls it makes (no patches expected), then its CPU
+  and RSS over an idle window, then a sentinel proves it still works;
+* micro: watch-event decoding throughput (benchmarks/bench_decode.py).
+
+Every process started here is stopped (SIGINT, then SIGTERM, then SIGKILL) and every object and
+namespace created here is removed, also on errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import trio
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import report  # noqa: E402
+from kubeconf import (  # noqa: E402
+    GROUP,
+    PLURAL,
+    Cluster,
+    collection_path,
+    load_cluster,
+    make_object,
+    object_path,
+)
+
+FRAMEWORKS = ("trioperator", "kopf")
+VARIANTS = ("async", "sync")
+CLIENTS = ("httpx2", "aiohttp")
+KOPF_VERSION = "1.45.2"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+RESOURCES_COUNTED = {(GROUP, PLURAL), ("", "events"), ("events.k8s.io", "events")}
+
+
+def log(message: str) -> None:
+    stamp = datetime.datetime.now().strftime("%H:%M:%S")
+    print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+    """A run could not complete; the message says why (and where the logs are)."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGHUP to the harness: unwind like Ctrl-C, with all the cleanups."""
+
+
+RUN_ERRORS = (BenchError, trio.TooSlowError, httpx.HTTPError, OSError, ValueError)
+"""What fails one run (which is then reported as failed) rather than the whole benchmark."""
+
+
+def run_error(exc: BaseException) -> str | None:
+    """A message if `exc` (or every exception in the group) is a run failure; else None."""
+    if isinstance(exc, BaseExceptionGroup):
+        matched, rest = exc.split(RUN_ERRORS)
+        if rest is not None or matched is None:
+            return None
+        leaves: list[BaseException] = []
+        stack: list[BaseException] = [matched]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, BaseExceptionGroup):
+                stack.extend(item.exceptions)
+            else:
+                leaves.append(item)
+        return "; ".join(run_error(leaf) or repr(leaf) for leaf in leaves)
+    if isinstance(exc, BenchError):
+        return str(exc)
+    if isinstance(exc, RUN_ERRORS):
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def interrupt_in(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(interrupt_in(inner) for inner in exc.exceptions)
+    return isinstance(exc, (KeyboardInterrupt, Interrupted))
+
+
+# ------------------------------------------------------------------------------ /proc
+def proc_cpu(pid: int) -> float:
+    """utime+stime of a process (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as file:
+        data = file.read()
+    fields = data[data.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_memory(pid: int) -> dict[str, float]:
+    """VmHWM (peak RSS) and VmRSS in MiB."""
+    values: dict[str, float] = {}
+    with open(f"/proc/{pid}/status") as file:
+        for line in file:
+            key, _, rest = line.partition(":")
+            if key in ("VmHWM", "VmRSS"):
+                values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
+def cpu_times() -> list[int]:
+    with open("/proc/stat") as file:
+        return [int(x) for x in file.readline().split()[1:]]
+
+
+def usage_figures(usage: dict[str, float], n: int) -> dict[str, Any]:
+    """The figures reported from a CpuAccount delta over a window with n objects."""
+    server = {"apiserver", "etcd"} <= usage.keys()
+    cores = os.cpu_count() or 1
+    return {
+        "usage": usage,
+        "steal": usage["steal"] / (usage["elapsed"] * cores) if usage["elapsed"] > 0 else 0.0,
+        "cores_other": usage.get("cores_other"),
+        "server_cpu_ms_per_object": (
+            (usage["apiserver"] + usage["etcd"]) * 1000 / n if server else None
+        ),
+    }
+
+
+def machine_cpu() -> tuple[float, float]:
+    """The whole machine's busy and stolen CPU time so far, in seconds (all cores)."""
+    fields = cpu_times()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq) / CLK_TCK, steal / CLK_TCK
+
+
+class CpuAccount:
+    """Where the machine's CPU went over a window: the processes taking part (by name), this
+    harness, and everything else ("other": colleagues' tests, the desktop... the noise)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+
+    def sample(self) -> dict[str, float]:
+        busy, steal = machine_cpu()
+        times = os.times()
+        usage = {
+            "busy": busy,
+            "steal": steal,
+            "harness": times.user + times.system,
+            "at": time.monotonic(),
+        }
+        for name, pid in self.pids.items():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                usage[name] = proc_cpu(pid)
+        return usage
+
+    @staticmethod
+    def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        """CPU seconds per name, plus "other" (busy minus all the known ones) and "cores_other"
+        (other / elapsed seconds); names missing in a sample are left out."""
+        result = {k: after[k] - before[k] for k in after if k in before and k != "at"}
+        elapsed = after["at"] - before["at"]
+        known = sum(v for k, v in result.items() if k not in ("busy", "steal"))
+        if {"apiserver", "etcd"} <= result.keys():
+            result["other"] = max(0.0, result["busy"] - known)
+            result["cores_other"] = result["other"] / elapsed if elapsed > 0 else 0.0
+        result["elapsed"] = elapsed
+        return result
+
+
+# ------------------------------------------------------------------------------ processes
+LIVE_PROCESSES: dict[int, trio.Process] = {}
+
+
+async def spawn(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    log_path: Path,
+    stdin: int | None = None,
+    stdout: int | None = None,
+) -> trio.Process:
+    with _append(log_path) as log_file:
+        process = await trio.lowlevel.open_process(
+            argv,
+            env=env,
+            cwd=str(ROOT),
+            stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            stdout=stdout if stdout is not None else log_file,
+            stderr=log_file,
+            start_new_session=True,  # Ctrl-C reaches the harness only; it stops the children
+        )
+    LIVE_PROCESSES[process.pid] = process
+    return process
+
+
+def _append(path: Path) -> Any:
+    return open(path, "ab")  # the caller closes it
+
+
+async def stop_process(process: trio.Process, *, grace: float = 20.0) -> dict[str, Any]:
+    """SIGINT; after `grace` seconds SIGTERM; 5 s later SIGKILL. Shielded from cancellation."""
+    started = time.monotonic()
+    how = "exited"
+    with trio.CancelScope(shield=True):
+        for signum, timeout in (
+            (signal.SIGINT, grace),
+            (signal.SIGTERM, 5.0),
+            (signal.SIGKILL, 10.0),
+        ):
+            if process.returncode is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signum)
+            how = signal.Signals(signum).name
+            with trio.move_on_after(timeout):
+                await process.wait()
+        LIVE_PROCESSES.pop(process.pid, None)
+    return {
+        "stop_s": time.monotonic() - started,
+        "stopped_by": how,
+        "exit_code": process.returncode,
+    }
+
+
+def kill_leftovers() -> None:
+    """Last resort (second Ctrl-C during cleanup): kill whatever this harness still runs."""
+    for pid, process in list(LIVE_PROCESSES.items()):
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        LIVE_PROCESSES.pop(pid, None)
+
+
+class LineReader:
+    """JSON lines from a child's stdout."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    async def next(self) -> dict[str, Any]:
+        while b"\n" not in self.buffer:
+            chunk = await self.stream.receive_some(65536)
+            if not chunk:
+                raise BenchError("the load generator closed its output early")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return dict(json.loads(line))
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def log_findings(path: Path) -> dict[str, Any]:
+    """Counts of WARNING/ERROR/CRITICAL lines and tracebacks in an operator's log, with samples."""
+    counts: Counter[str] = Counter()
+    samples: list[str] = []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {"counts": {}, "samples": []}
+    for line in text.splitlines():
+        level = next((lvl for lvl in ("WARNING", "ERROR", "CRITICAL") if f"[{lvl}" in line), None)
+        if line.startswith("Traceback"):
+            level = "traceback"
+        if level:
+            counts[level] += 1
+            if len(samples) < 8:
+                samples.append(line[:400])
+    return {"counts": dict(counts), "samples": samples}
+
+
+# ------------------------------------------------------------------------------ API client
+MetricsKey = tuple[str, str, str, str]  # resource, subresource, verb, code
+_LABELS = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+class Api:
+    """The harness's own small client (trio + httpx2)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.client = httpx.AsyncClient(
+            base_url=cluster.server,
+            verify=cluster.ssl_context(),
+            headers=cluster.headers(),
+            timeout=httpx.Timeout(30.0),
+            limits=httpx.Limits(max_connections=20, max_keepalive_connections=10),
+        )
+        self.metrics_available = True
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self.client.aclose()
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        ok: Iterable[int] = (200, 201, 202),
+        ctype: str | None = None,
+        params: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        headers = {"Content-Type": ctype} if ctype else {}
+        response = await self.client.request(
+            method, path, json=body, headers=headers, params=params
+        )
+        if response.status_code not in tuple(ok):
+            raise BenchError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
+        if "json" not in response.headers.get("content-type", ""):
+            return {}  # e.g. "404 page not found" for an unknown resource
+        return dict(response.json())
+
+    async def metrics(self) -> Counter[MetricsKey]:
+        """``apiserver_request_total`` for the benchmark resource and events."""
+        if not self.metrics_available:
+            return Counter()
+        response = await self.client.get("/metrics")
+        if response.status_code != 200:
+            log(f"warning: /metrics gave HTTP {response.status_code}; no API call counts")
+            self.metrics_available = False
+            return Counter()
+        counts: Counter[MetricsKey] = Counter()
+        for line in response.text.splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels_text, _, value = line.rpartition("} ")
+            labels = dict(_LABELS.findall(labels_text))
+            if (labels.get("group", ""), labels.get("resource", "")) not in RESOURCES_COUNTED:
+                continue
+            key = (
+                labels["resource"],
+                labels.get("subresource", ""),
+                labels["verb"],
+                labels["code"],
+            )
+            counts[key] += int(float(value))
+        return counts
+
+    async def version(self) -> str:
+        return str((await self.call("GET", "/version")).get("gitVersion", "?"))
+
+    # ---- objects
+    async def create_object(self, namespace: str, name: str) -> None:
+        await self.call("POST", collection_path(namespace), make_object(namespace, name, 0))
+
+    async def count_objects(self, namespace: str) -> int:
+        data = await self.call("GET", collection_path(namespace), params={"limit": "500"})
+        return len(data.get("items", []))
+
+    async def delete_all_objects(self, namespace: str, *, within: float = 120.0) -> None:
+        """Delete every benchmark object (and event) in the namespace and wait until gone."""
+        await self.call("DELETE", collection_path(namespace), ok=(200, 404))
+        await self.call("DELETE", f"/api/v1/namespaces/{namespace}/events", ok=(200, 404))
+        with trio.move_on_after(within) as scope:
+            while True:
+                data = await self.call(
+                    "GET", collection_path(namespace), ok=(200, 404), params={"limit": "100"}
+                )
+                items = data.get("items", [])
+                if not items:
+                    return
+                for item in items:  # nobody should put finalizers on them, but just in case
+                    if item["metadata"].get("finalizers"):
+                        await self.call(
+                            "PATCH",
+                            object_path(namespace, item["metadata"]["name"]),
+                            {"metadata": {"finalizers": None}},
+                            ctype="application/merge-patch+json",
+                            ok=(200, 404),
+                        )
+                await trio.sleep(0.5)
+        if scope.cancelled_caught:
+            raise BenchError(f"objects in {namespace} are still there after {within:.0f}s")
+
+    # ---- namespaces and the CRD
+    async def create_namespace(self, name: str) -> None:
+        await self.call(
+            "POST",
+            "/api/v1/namespaces",
+            {
+                "metadata": {
+                    "name": name,
+                    "labels": {"app.kubernetes.io/part-of": "trioperator-bench"},
+                }
+            },
+        )
+
+    async def delete_namespace(self, name: str) -> None:
+        """Delete and finalize: without kube-controller-manager nobody else would."""
+        await self.delete_all_objects(name)
+        await self.call("DELETE", f"/api/v1/namespaces/{name}", ok=(200, 202, 404))
+        with trio.move_on_after(30):
+            while True:
+                response = await self.client.get(f"/api/v1/namespaces/{name}")
+                if response.status_code == 404:
+                    return
+                body = response.json()
+                if body.get("spec", {}).get("finalizers"):
+                    body["spec"]["finalizers"] = []
+                    await self.call(
+                        "PUT", f"/api/v1/namespaces/{name}/finalize", body, ok=(200, 201, 404, 409)
+                    )
+                await trio.sleep(0.5)
+        raise BenchError(f"namespace {name} is still there")
+
+    async def ensure_crd(self) -> bool:
+        """Create the benchmark CRD if absent; return True if this call created it."""
+        import yaml
+
+        name = f"{PLURAL}.{GROUP}"
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        response = await self.client.get(path)
+        created = False
+        if response.status_code == 404:
+            crd = yaml.safe_load((HERE / "crd.yaml").read_text())
+            crd["metadata"].setdefault("labels", {})["app.kubernetes.io/part-of"] = (
+                "trioperator-bench"
+            )
+            await self.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            created = True
+        with trio.move_on_after(60) as scope:
+            while True:
+                body = await self.call("GET", path)
+                conditions = (body.get("status") or {}).get("conditions") or []
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    break
+                await trio.sleep(0.2)
+            while True:  # established is not always served yet
+                if (await self.client.get(collection_path("default"))).status_code == 200:
+                    break
+                await trio.sleep(0.2)
+        if scope.cancelled_caught:
+            raise BenchError(f"the CRD {name} is not established and served after 60s")
+        return created
+
+    async def delete_crd(self) -> None:
+        name = f"{PLURAL}.{GROUP}"
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+        await self.call("DELETE", path, ok=(200, 202, 404))
+        with trio.move_on_after(60):
+            while True:
+                if (await self.client.get(path)).status_code == 404:
+                    break
+                await trio.sleep(0.5)
+
+
+def metrics_delta(after: Counter[MetricsKey], before: Counter[MetricsKey]) -> dict[str, Any]:
+    """Per verb (and subresource) counts between two snapshots, plus the non-2xx ones."""
+    by_verb: Counter[str] = Counter()
+    by_code: Counter[str] = Counter()
+    for key, value in after.items():
+        delta = value - before.get(key, 0)
+        if delta <= 0:
+            continue
+        resource, subresource, verb, code = key
+        label = verb if resource == PLURAL else f"{verb} {resource}"
+        if subresource:
+            label = f"{verb} {subresource}"
+        by_verb[label] += delta
+        if code not in ("0", "200", "201", "202"):
+            by_code[f"{label} -> {code}"] += delta
+    return {"by_verb": dict(by_verb), "non_2xx": dict(by_code)}
+
+
+# ------------------------------------------------------------------------------ the harness's watch
+class HandledWatch:
+    """One list+watch over the namespace's objects: when each was seen and when handled."""
+
+    def __init__(self, api: Api, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.added: dict[str, float] = {}
+        self.handled: dict[str, float] = {}
+        self.handled_by: Counter[str] = Counter()
+        self.harness_calls: Counter[str] = Counter()  # LIST/WATCH it made (to subtract)
+        self.events = 0
+
+    def _see(self, obj: dict[str, Any], now: float) -> None:
+        name = obj["metadata"]["name"]
+        self.added.setdefault(name, now)
+        result = (obj.get("status") or {}).get("create_fn")
+        if result and name not in self.handled:
+            self.handled[name] = now
+            self.handled_by[str(result.get("by"))] += 1
+
+    def count(self, prefix: str) -> int:
+        return sum(1 for name in self.handled if name.startswith(prefix))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """List, then watch from the listing's version; when the server ends a watch, resume
+        from the last version seen; list again only when that version is gone (410)."""
+        path = collection_path(self.namespace)
+        started = False
+        version: str | None = None
+        while True:
+            if version is None:
+                listing = await self.api.call("GET", path)
+                self.harness_calls["LIST"] += 1
+                now = time.monotonic()
+                for obj in listing.get("items", []):
+                    self._see(obj, now)
+                version = str(listing["metadata"]["resourceVersion"])
+            params = {
+                "watch": "true",
+                "resourceVersion": version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": "3600",
+            }
+            timeout = httpx.Timeout(30.0, read=None)
+            async with self.api.client.stream("GET", path, params=params, timeout=timeout) as resp:
+                try:
+                    if resp.status_code == 410:
+                        version = None
+                        continue
+                    if resp.status_code != 200:
+                        raise BenchError(f"watch: HTTP {resp.status_code}")
+                    if not started:
+                        started = True
+                        task_status.started()
+                    async for line in resp.aiter_lines():
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        self.events += 1
+                        kind, obj = event.get("type"), event.get("object") or {}
+                        if kind == "ERROR":
+                            if obj.get("code") != 410:
+                                raise BenchError(f"watch: {obj}")
+                            version = None
+                            break
+                        version = obj.get("metadata", {}).get("resourceVersion", version)
+                        if kind in ("ADDED", "MODIFIED"):
+                            self._see(obj, time.monotonic())
+                finally:
+                    self.harness_calls["WATCH"] += 1
+
+
+# ------------------------------------------------------------------------------ the benchmark
+@dataclasses.dataclass
+class Config:
+    sizes: list[int]
+    repeat: int
+    frameworks: list[str]
+    variants: list[str]
+    clients: list[str]
+    creators: int
+    ceiling_concurrency: int
+    restart: bool
+    idle: float
+    ceiling: bool
+    decode: bool
+    decode_events: int
+    decode_rounds: int
+    kopf_python: str | None
+    trioperator_cmd: list[str]
+    kubeconfig: str
+    work_dir: Path
+    timeout_factor: float
+    cluster_pids: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class Bench:
+    def __init__(self, config: Config, api: Api, namespace: str) -> None:
+        self.config = config
+        self.api = api
+        self.namespace = namespace
+        self.results: dict[str, list[dict[str, Any]]] = {"burst": [], "restart": [], "ceiling": []}
+        self.sentinels = 0
+
+    # ---- environment of the children
+    def child_env(self, **extra: str) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("TRIOPERATOR_", "KOPF_", "BENCH_"))
+        }
+        env.update(KUBECONFIG=self.config.kubeconfig, PYTHONUNBUFFERED="1", **extra)
+        return env
+
+    def operator_argv(self, framework: str, variant: str) -> list[str]:
+        source = str(HERE / "operators" / f"create_{variant}.py")
+        if framework == "kopf":
+            assert self.config.kopf_python
+            kopf = str(Path(self.config.kopf_python).parent / "kopf")
+            return [kopf, "run", "--standalone", "-n", self.namespace, source]
+        return [*self.config.trioperator_cmd, "run", "-n", self.namespace, source]
+
+    async def start_operator(
+        self, framework: str, variant: str, label: str
+    ) -> tuple[trio.Process, Path]:
+        log_path = self.config.work_dir / f"{label}.log"
+        process = await spawn(
+            self.operator_argv(framework, variant),
+            env=self.child_env(BENCH_FRAMEWORK=framework),
+            log_path=log_path,
+        )
+        return process, log_path
+
+    def load_argv(
+        self, client: str, mode: str, prefix: str, count: int, concurrency: int
+    ) -> list[str]:
+        python = self.config.kopf_python if client == "aiohttp" else sys.executable
+        assert python
+        return [
+            python,
+            str(HERE / "load.py"),
+            mode,
+            "--client",
+            client,
+            "--namespace",
+            self.namespace,
+            "--prefix",
+            prefix,
+            "--count",
+            str(count),
+            "--concurrency",
+            str(concurrency),
+            "--kubeconfig",
+            self.config.kubeconfig,
+            "--wait",
+        ]
+
+    @contextlib.asynccontextmanager
+    async def load(
+        self, argv: list[str], label: str
+    ) -> AsyncIterator[tuple[trio.Process, LineReader]]:
+        log_path = self.config.work_dir / f"{label}.load.log"
+        process = await spawn(
+            argv,
+            env=self.child_env(),
+            log_path=log_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        try:
+            yield process, LineReader(process.stdout)
+        finally:
+            await stop_process(process, grace=5)
+
+    async def load_ready(self, reader: LineReader, label: str) -> None:
+        with trio.move_on_after(60) as scope:
+            ready = await reader.next()
+        if scope.cancelled_caught:
+            raise BenchError(f"the load generator was not connected after 60s ({label})")
+        if ready.get("event") != "ready":
+            raise BenchError(f"load generator: unexpected {ready}")
+
+    async def load_done(self, reader: LineReader, within: float) -> dict[str, Any]:
+        with trio.move_on_after(within) as scope:
+            done = await reader.next()
+        if scope.cancelled_caught:
+            raise BenchError(f"load generator did not finish in {within:.0f}s")
+        if done.get("errors"):
+            log(f"  load generator errors: {done['errors']} e.g. {done['error_samples'][:2]}")
+        return done
+
+    @staticmethod
+    async def load_exit(process: trio.Process) -> None:
+        """The load generator stays alive after its report (so its CPU can still be read)
+        until its stdin closes; then it closes its connections and exits on its own."""
+        assert process.stdin is not None
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await process.stdin.aclose()
+        with trio.move_on_after(15):
+            await process.wait()
+
+    async def run_load(self, argv: list[str], label: str, *, within: float) -> dict[str, Any]:
+        """Start the load generator, wait for it to be connected, let it go, collect its report
+        and the CPU used meanwhile (see CpuAccount)."""
+        async with self.load(argv, label) as (process, reader):
+            await self.load_ready(reader, label)
+            account = CpuAccount({"load": process.pid, **self.config.cluster_pids})
+            usage0 = account.sample()
+            assert process.stdin is not None
+            await process.stdin.send_all(b"go\n")
+            done = await self.load_done(reader, within)
+            done["usage"] = CpuAccount.delta(usage0, account.sample())
+            await self.load_exit(process)
+            return done
+
+    # ---- waiting
+    async def wait_until(
+        self,
+        condition: Callable[[], bool],
+        *,
+        within: float,
+        what: str,
+        operator: tuple[trio.Process, Path] | None = None,
+        progress: Callable[[], str] | None = None,
+    ) -> None:
+        deadline = time.monotonic() + within
+        while not condition():
+            if operator and operator[0].returncode is not None:
+                raise BenchError(
+                    f"the operator exited with code {operator[0].returncode} while waiting for "
+                    f"{what}; log {operator[1]}:\n{log_tail(operator[1])}"
+                )
+            if time.monotonic() > deadline:
+                tail = f"; log {operator[1]}:\n{log_tail(operator[1])}" if operator else ""
+                so_far = f" ({progress()})" if progress else ""
+                raise BenchError(f"timed out after {within:.0f}s waiting for {what}{so_far}{tail}")
+            await trio.sleep(0.05)
+
+    async def settle(
+        self, pid: int, *, max_s: float = 30.0
+    ) -> tuple[Counter[MetricsKey], float, float]:
+        """Wait until the operator is quiet: request counters unchanged and <10 ms CPU per 0.5 s,
+        three samples in a row. Returns the metrics, the CPU and the time at the start of the
+        quiet streak (so that the quiet itself is not counted)."""
+        metrics = await self.api.metrics()
+        cpu, at = proc_cpu(pid), time.monotonic()
+        streak_start = (metrics, cpu, at)
+        streak = 0
+        deadline = at + max_s
+        while time.monotonic() < deadline:
+            await trio.sleep(0.5)
+            new_metrics, new_cpu, new_at = await self.api.metrics(), proc_cpu(pid), time.monotonic()
+            if new_metrics == metrics and new_cpu - cpu < 0.010:
+                streak += 1
+                if streak >= 3:
+                    return streak_start
+            else:
+                streak = 0
+                streak_start = (new_metrics, new_cpu, new_at)
+            metrics, cpu = new_metrics, new_cpu
+        log(f"  note: the operator was not quiet within {max_s:.0f}s; measuring anyway")
+        return metrics, cpu, time.monotonic()
+
+    async def sentinel(
+        self, operator: tuple[trio.Process, Path], watch: HandledWatch, within: float
+    ) -> float:
+        """Create one object and return the seconds until it is handled."""
+        self.sentinels += 1
+        name = f"sentinel-{self.sentinels:03d}"
+        started = time.monotonic()
+        await self.api.create_object(self.namespace, name)
+        await self.wait_until(
+            lambda: name in watch.handled,
+            within=within,
+            what=f"the sentinel object {name} to be handled",
+            operator=operator,
+        )
+        return watch.handled[name] - started
+
+    # ---- workloads
+    async def ceiling_run(self, client: str, n: int, rep: int) -> None:
+        label = f"ceiling-{client}-n{n}-r{rep}"
+        prefix = f"c{rep}{client[0]}"
+        result: dict[str, Any] = {"client": client, "n": n, "repeat": rep, "ok": False}
+        self.results["ceiling"].append(result)
+        log(f"{label}: creating {n} objects, then two merge-patches each ({client})")
+        try:
+            timeout = 60 + n * self.config.timeout_factor
+            created = await self.run_load(
+                self.load_argv(client, "create", prefix, n, self.config.creators),
+                f"{label}-create",
+                within=timeout,
+            )
+            result["create_per_s"] = n / (created["finished"] - created["started"])
+            m0 = await self.api.metrics()
+            patched = await self.run_load(
+                self.load_argv(client, "patch", prefix, n, self.config.ceiling_concurrency),
+                f"{label}-patch",
+                within=timeout,
+            )
+            m1 = await self.api.metrics()
+            elapsed = patched["finished"] - patched["started"]
+            result.update(
+                ok=not patched["errors"] and not created["errors"],
+                seconds=elapsed,
+                objects_per_s=n / elapsed,
+                client_cpu_ms_per_object=patched["cpu"] * 1000 / n,
+                errors={**created["errors"], **patched["errors"]},
+                calls=metrics_delta(m1, m0),
+                **usage_figures(patched["usage"], n),
+            )
+            log(
+                f"  {client}: {result['objects_per_s']:.1f} objects/s "
+                f"(creates: {result['create_per_s']:.1f}/s)"
+            )
+        except BaseException as exc:
+            error = run_error(exc)
+            if error is None:
+                raise
+            result["error"] = error
+            log(f"  FAILED: {error}")
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.api.delete_all_objects(self.namespace)
+
+    async def burst_run(
+        self, framework: str, variant: str, n: int, rep: int, restart: bool
+    ) -> None:
+        label = f"{framework}-{variant}-n{n}-r{rep}"
+        prefix = f"b{rep}{variant[0]}{framework[0]}-"
+        result: dict[str, Any] = {
+            "framework": framework,
+            "variant": variant,
+            "n": n,
+            "repeat": rep,
+            "ok": False,
+        }
+        self.results["burst"].append(result)
+        log(f"{label}: burst of {n} objects")
+        cfg = self.config
+        watch = HandledWatch(self.api, self.namespace)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watch.run)
+                operator = await self.start_operator(framework, variant, label)
+                process, log_path = operator
+                result["log"] = str(log_path)
+                spawned = time.monotonic()
+                try:
+                    await self.sentinel(operator, watch, within=120)
+                    result["startup_s"] = time.monotonic() - spawned
+                    m0, cpu0, _ = await self.settle(process.pid)
+                    harness0 = Counter(watch.harness_calls)
+                    timeout = 60 + n * cfg.timeout_factor
+                    argv = self.load_argv("httpx2", "create", prefix.rstrip("-"), n, cfg.creators)
+                    async with self.load(argv, label) as (loader, reader):
+                        await self.load_ready(reader, label)
+                        account = CpuAccount(
+                            {"operator": process.pid, "load": loader.pid, **cfg.cluster_pids}
+                        )
+                        usage0 = account.sample()
+                        t0 = usage0["at"]
+                        assert loader.stdin is not None
+                        await loader.stdin.send_all(b"go\n")
+                        reports: list[dict[str, Any]] = []
+
+                        async def collect() -> None:
+                            reports.append(await self.load_done(reader, timeout))
+
+                        async with trio.open_nursery() as side:
+                            side.start_soon(collect)
+                            await self.wait_until(
+                                lambda: watch.count(prefix) >= n,
+                                within=timeout,
+                                what=f"all {n} objects to be handled",
+                                operator=operator,
+                                progress=lambda: f"{watch.count(prefix)} handled so far",
+                            )
+                            usage = CpuAccount.delta(usage0, account.sample())
+                        await self.load_exit(loader)
+                    created = reports[0]
+                    result["create_per_s"] = n / (created["finished"] - created["started"])
+                    result["create_errors"] = created["errors"]
+                    done_at = max(watch.handled[k] for k in watch.handled if k.startswith(prefix))
+                    cpu_done = proc_cpu(process.pid)
+                    m1, cpu1, _ = await self.settle(process.pid)
+                    memory = proc_memory(process.pid)
+                    latencies = sorted(
+                        watch.handled[k] - watch.added[k]
+                        for k in watch.handled
+                        if k.startswith(prefix)
+                    )
+                    calls = metrics_delta(m1, m0)
+                    # The creates are the load generator's, and the harness's watch may have
+                    # had to reconnect or list again: neither is the operator's doing.
+                    by_verb = calls["by_verb"]
+                    harness = Counter(watch.harness_calls)
+                    harness.subtract(harness0)
+                    harness["POST"] = n
+                    for verb, count in harness.items():
+                        by_verb[verb] = by_verb.get(verb, 0) - count
+                        if not by_verb[verb]:
+                            del by_verb[verb]
+                    calls["harness"] = dict(harness)
+                    elapsed = done_at - t0
+                    result.update(
+                        ok=True,
+                        seconds=elapsed,
+                        objects_per_s=n / elapsed,
+                        latency_p50_s=latencies[len(latencies) // 2],
+                        latency_p95_s=latencies[
+                            min(len(latencies) - 1, int(len(latencies) * 0.95))
+                        ],
+                        cpu_s=cpu1 - cpu0,
+                        cpu_s_until_handled=cpu_done - cpu0,
+                        cpu_ms_per_object=(cpu1 - cpu0) * 1000 / n,
+                        peak_rss_mib=memory.get("VmHWM"),
+                        rss_after_mib=memory.get("VmRSS"),
+                        calls=calls,
+                        calls_per_object={k: v / n for k, v in by_verb.items()},
+                        calls_total_per_object=sum(by_verb.values()) / n,
+                        handled_by=dict(watch.handled_by),
+                        **usage_figures(usage, n),
+                    )
+                    wrong = {k: v for k, v in watch.handled_by.items() if k != framework}
+                    if wrong:
+                        result["ok"] = False
+                        result["error"] = f"objects handled by someone else: {wrong}"
+                    log(
+                        f"  {framework}/{variant}: {result['objects_per_s']:.1f} objects/s, "
+                        f"CPU {result['cpu_ms_per_object']:.2f} ms/object, "
+                        f"peak RSS {result['peak_rss_mib']:.0f} MiB, "
+                        f"calls/object {result['calls_total_per_object']:.2f} {by_verb}"
+                    )
+                finally:
+                    result.update(await stop_process(process))
+                    result["log_findings"] = log_findings(log_path)
+                if restart and result["ok"]:
+                    await self.restart_run(framework, variant, n, rep, watch)
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            error = run_error(exc)
+            if error is None:
+                raise
+            result["ok"] = False
+            result["error"] = error
+            log(f"  FAILED: {error}")
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.api.delete_all_objects(self.namespace)
+
+    async def restart_run(
+        self, framework: str, variant: str, n: int, rep: int, watch: HandledWatch
+    ) -> None:
+        """The operator starts over N objects it has handled already: nothing to do."""
+        label = f"{framework}-{variant}-n{n}-r{rep}-restart"
+        result: dict[str, Any] = {
+            "framework": framework,
+            "variant": variant,
+            "n": n,
+            "repeat": rep,
+            "ok": False,
+            "idle_window_s": self.config.idle,
+        }
+        self.results["restart"].append(result)
+        log(f"{label}: restart over {n} handled objects, then {self.config.idle:.0f}s idle")
+        m0 = await self.api.metrics()
+        harness0 = Counter(watch.harness_calls)
+        operator = await self.start_operator(framework, variant, label)
+        process, log_path = operator
+        account = CpuAccount({"operator": process.pid, **self.config.cluster_pids})
+        usage0 = account.sample()
+        result["log"] = str(log_path)
+        spawned = time.monotonic()
+        try:
+            # Quiet = the initial LIST happened and then <10 ms CPU per 0.5 s, 3 times in a row.
+            streak, streak_start = 0, (spawned, 0.0)
+            cpu = 0.0
+            deadline = spawned + 60 + n * self.config.timeout_factor
+            while True:
+                if process.returncode is not None:
+                    raise BenchError(
+                        f"the operator exited with code {process.returncode}; "
+                        f"log {log_path}:\n{log_tail(log_path)}"
+                    )
+                if time.monotonic() > deadline:
+                    raise BenchError(f"the restarted operator was never quiet; log {log_path}")
+                await trio.sleep(0.5)
+                listed = metrics_delta(await self.api.metrics(), m0)["by_verb"].get("LIST", 0)
+                new_cpu, now = proc_cpu(process.pid), time.monotonic()
+                if listed and new_cpu - cpu < 0.010:
+                    streak += 1
+                    if streak >= 3:
+                        break
+                else:
+                    streak, streak_start = 0, (now, new_cpu)
+                cpu = new_cpu
+            quiet_at, quiet_cpu = streak_start
+            result["restart_s"] = quiet_at - spawned
+            result["restart_cpu_s"] = quiet_cpu
+            result["restart_rss_mib"] = proc_memory(process.pid).get("VmHWM")
+            idle0 = proc_cpu(process.pid)
+            await trio.sleep(self.config.idle)
+            idle_cpu = proc_cpu(process.pid) - idle0
+            m1 = await self.api.metrics()
+            memory = proc_memory(process.pid)
+            calls = metrics_delta(m1, m0)
+            harness = Counter(watch.harness_calls)
+            harness.subtract(harness0)
+            for verb, count in harness.items():  # the harness's watch, not the operator
+                calls["by_verb"][verb] = calls["by_verb"].get(verb, 0) - count
+                if not calls["by_verb"][verb]:
+                    del calls["by_verb"][verb]
+            calls["harness"] = dict(harness)
+            patches = sum(v for k, v in calls["by_verb"].items() if k.startswith("PATCH"))
+            result.update(
+                ok=True,
+                idle_cpu_s=idle_cpu,
+                idle_cpu_percent=idle_cpu * 100 / self.config.idle if self.config.idle else None,
+                steady_rss_mib=memory.get("VmRSS"),
+                peak_rss_mib=memory.get("VmHWM"),
+                calls=calls,
+                patches=patches,
+                **usage_figures(CpuAccount.delta(usage0, account.sample()), n),
+            )
+            # Still alive and working?
+            result["sentinel_after_idle_s"] = await self.sentinel(operator, watch, within=60)
+            log(
+                f"  {framework}: quiet after {result['restart_s']:.2f}s "
+                f"({result['restart_cpu_s']:.2f} CPU s), {patches} patches, idle CPU "
+                f"{idle_cpu * 1000:.0f} ms / {self.config.idle:.0f}s, "
+                f"RSS {result['steady_rss_mib']:.0f} MiB"
+            )
+            if patches:
+                log(f"  note: {framework} patched {patches} times on a restart with nothing to do")
+        except BaseException as exc:
+            error = run_error(exc)
+            if error is None:
+                raise
+            result["error"] = error
+            log(f"  FAILED: {error}")
+        finally:
+            result.update(await stop_process(process))
+            result["log_findings"] = log_findings(log_path)
+
+    async def run(self) -> None:
+        cfg = self.config
+        for n in cfg.sizes:
+            for rep in range(cfg.repeat):
+                if cfg.ceiling:
+                    for client in cfg.clients:
+                        await self.ceiling_run(client, n, rep)
+                order = cfg.frameworks if rep % 2 == 0 else list(reversed(cfg.frameworks))
+                for framework in order:
+                    for variant in cfg.variants:
+                        restart = cfg.restart and variant == cfg.variants[0]
+                        await self.burst_run(framework, variant, n, rep, restart)
+
+
+# ------------------------------------------------------------------------------ setup
+def kopf_python(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    log(f"preparing Kopf {KOPF_VERSION} (scripts/kopf-venv)")
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "kopf-venv")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRIOPERATOR_KOPF_VERSION": KOPF_VERSION},
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"scripts/kopf-venv failed:\n{done.stderr}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def trioperator_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "trioperator"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "trioperator"]
+
+
+@dataclasses.dataclass
+class ClusterHandle:
+    kubeconfig: str
+    isolated_dir: str | None = None  # set when this run started its own cluster
+    started_here: bool = False
+    state_dir: str | None = None  # scripts/kube-up's state (pid files), if the cluster is ours
+
+    def pids(self) -> dict[str, int]:
+        """kube-apiserver's and etcd's pids, to account for their CPU (empty if unknown)."""
+        pids: dict[str, int] = {}
+        if not self.state_dir:
+            return pids
+        for name, file in (("apiserver", "kube-apiserver.pid"), ("etcd", "etcd.pid")):
+            with contextlib.suppress(OSError, ValueError):
+                pid = int((Path(self.state_dir) / file).read_text().strip())
+                if self.state_dir in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                    pids[name] = pid
+        return pids if len(pids) == 2 else {}
+
+
+def start_cluster(args: argparse.Namespace) -> ClusterHandle:
+    explicit = args.kubeconfig or os.environ.get("TRIOPERATOR_KUBECONFIG")
+    if explicit:
+        return ClusterHandle(kubeconfig=explicit)
+    env = dict(os.environ)
+    handle = ClusterHandle(kubeconfig="")
+    if args.cluster == "isolated":
+        state = (
+            args.kube_dir
+            or f"{os.environ.get('TMPDIR', '/tmp')}/trioperator-bench-kube.{os.getuid()}"
+        )
+        env.update(TRIOPERATOR_KUBE_DIR=state, TRIOPERATOR_KUBE_PORT=str(args.kube_port))
+        handle.isolated_dir = handle.state_dir = state
+        pidfile = Path(state) / "kube-apiserver.pid"
+        handle.started_here = not (
+            pidfile.exists() and Path(f"/proc/{pidfile.read_text().strip()}").exists()
+        )
+        log(f"starting an isolated kube-apiserver in {state} on port {args.kube_port}")
+    else:
+        log("using the shared local cluster (scripts/kube-up)")
+        uid = os.getuid()
+        handle.state_dir = os.environ.get("TRIOPERATOR_KUBE_DIR") or (
+            f"{os.environ.get('TMPDIR', '/tmp')}/trioperator-kube.{uid}"
+        )
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "kube-up")], env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"scripts/kube-up failed:\n{done.stderr}")
+    handle.kubeconfig = done.stdout.strip().splitlines()[-1]
+    return handle
+
+
+def stop_cluster(handle: ClusterHandle, keep: bool) -> None:
+    if handle.isolated_dir and handle.started_here and not keep:
+        log(f"stopping the isolated cluster ({handle.isolated_dir})")
+        subprocess.run(
+            [str(ROOT / "scripts" / "kube-down"), "--purge"],
+            env={**os.environ, "TRIOPERATOR_KUBE_DIR": handle.isolated_dir},
+            capture_output=True,
+            check=False,
+        )
+
+
+def machine_info(config: Config, api_version: str) -> dict[str, Any]:
+    def first(path: str, key: str) -> str:
+        try:
+            for line in Path(path).read_text().splitlines():
+                if line.startswith(key):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+        return "?"
+
+    def version_in(python: str | None, dist: str) -> str:
+        if not python:
+            return "-"
+        code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+        try:
+            done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+        except OSError:
+            return "?"
+        return done.stdout.strip() or "-"
+
+    def python_version(python: str | None) -> str:
+        if not python:
+            return "-"
+        code = "import platform; print(platform.python_version())"
+        try:
+            done = subprocess.run([python, "-c", code], capture_output=True, text=True)
+        except OSError:
+            return "?"
+        return done.stdout.strip() or "?"
+
+    etcd = (
+        subprocess.run(["etcd", "--version"], capture_output=True, text=True, check=False)
+        if shutil_which("etcd")
+        else None
+    )
+    mem_kib = first("/proc/meminfo", "MemTotal").split()[0]
+    return {
+        "cpu_model": first("/proc/cpuinfo", "model name"),
+        "cores": os.cpu_count(),
+        "ram_gib": round(int(mem_kib) / 1024 / 1024, 1) if mem_kib.isdigit() else None,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "python_kopf_venv": python_version(config.kopf_python),
+        "trioperator": version_in(sys.executable, "trioperator"),
+        "kopf": version_in(config.kopf_python, "kopf"),
+        "httpx2": version_in(sys.executable, "httpx2"),
+        "trio": version_in(sys.executable, "trio"),
+        "aiohttp": version_in(config.kopf_python, "aiohttp"),
+        "kube_apiserver": api_version,
+        "etcd": (etcd.stdout.split("\n")[0].split(":")[-1].strip() if etcd else "?"),
+    }
+
+
+def shutil_which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
+def run_decode(config: Config) -> dict[str, Any] | None:
+    script = HERE / "bench_decode.py"
+    if not script.exists():
+        log("bench_decode.py is not there; skipping the decoding micro-benchmark")
+        return None
+    log(
+        f"micro: watch-event decoding ({config.decode_events} events, "
+        f"best of {config.decode_rounds})"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--events",
+            str(config.decode_events),
+            "--rounds",
+            str(config.decode_rounds),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=str(ROOT),
+    )
+    if done.returncode != 0:
+        log(f"  bench_decode.py failed: {done.stderr[-500:]}")
+        return {"error": done.stderr[-2000:]}
+    rows = []
+    for line in done.stdout.splitlines():
+        match = re.match(r"^(.+?)\s{2,}([\d,]+)\s+([\d.]+)\s+([\d.]+)x\s*$", line)
+        if match:
+            rows.append(
+                {
+                    "decoder": match.group(1).strip(),
+                    "events_per_s": float(match.group(2).replace(",", "")),
+                    "mib_per_s": float(match.group(3)),
+                    "vs_json": float(match.group(4)),
+                }
+            )
+    return {"rows": rows, "output": done.stdout}
+
+
+# ------------------------------------------------------------------------------ main
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="trioperator vs. Kopf on the same kube-apiserver (see benchmarks/README.md)."
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="N=100, repeat 1, 15 s idle, a smaller decoding run (a few minutes)",
+    )
+    parser.add_argument("--sizes", default=None, help="comma-separated object counts (500)")
+    parser.add_argument("--repeat", type=int, default=None, help="repetitions per size (3)")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="handler flavours: async,sync"
+    )
+    parser.add_argument(
+        "--clients", default=",".join(CLIENTS), help="raw clients for the ceiling: httpx2,aiohttp"
+    )
+    parser.add_argument(
+        "--creators", type=int, default=32, help="concurrent creators in the burst (32)"
+    )
+    parser.add_argument("--ceiling-concurrency", type=int, default=20)
+    parser.add_argument(
+        "--idle",
+        type=float,
+        default=None,
+        help="idle window after a restart, seconds (60; 0: no idle window)",
+    )
+    parser.add_argument("--no-restart", action="store_true", help="skip restart + idle")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the raw-client ceiling")
+    parser.add_argument(
+        "--no-decode", action="store_true", help="skip the decoding micro-benchmark"
+    )
+    parser.add_argument(
+        "--timeout-factor",
+        type=float,
+        default=0.5,
+        help="seconds allowed per object on top of 60 s for each wait (0.5)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="an existing cluster (also TRIOPERATOR_KUBECONFIG); "
+        "default: a cluster from scripts/kube-up, see --cluster",
+    )
+    parser.add_argument(
+        "--cluster",
+        choices=["isolated", "shared"],
+        default="isolated",
+        help="isolated: a separate kube-apiserver+etcd for this run, purged at "
+        "the end (default; clean metrics); shared: the usual scripts/kube-up one",
+    )
+    parser.add_argument("--kube-port", type=int, default=18443)
+    parser.add_argument("--kube-dir", default=None)
+    parser.add_argument("--keep-cluster", action="store_true")
+    parser.add_argument(
+        "--kopf-python",
+        default=None,
+        help="the python of a venv with kopf (default: scripts/kopf-venv)",
+    )
+    parser.add_argument("--out", default=str(HERE), help="where RESULTS.md/results.json go")
+    parser.add_argument(
+        "--work-dir",
+        default=str(HERE / ".work"),
+        help="operators' and load generators' logs (a subdirectory per run)",
+    )
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.sizes = [int(x) for x in (args.sizes or ("100" if quick else "500")).split(",") if x]
+    args.repeat = args.repeat or (1 if quick else 3)
+    args.idle = args.idle if args.idle is not None else (15.0 if quick else 60.0)
+    for option, allowed in (
+        ("frameworks", FRAMEWORKS),
+        ("variants", VARIANTS),
+        ("clients", CLIENTS),
+    ):
+        values = [x for x in getattr(args, option).split(",") if x]
+        if not values or set(values) - set(allowed):
+            parser.error(f"--{option}: choose from {','.join(allowed)}")
+        setattr(args, option, values)
+    return args
+
+
+async def bench_main(config: Config, cluster: Cluster, results: dict[str, Any]) -> None:
+    api = Api(cluster)
+    namespace = f"bench-{secrets.token_hex(3)}"
+    created_crd = False
+    bench: Bench | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_signals_to_interrupt)
+            results["machine"] = machine_info(config, await api.version())
+            created_crd = await api.ensure_crd()
+            await api.create_namespace(namespace)
+            log(f"namespace {namespace}; logs in {config.work_dir}")
+            bench = Bench(config, api, namespace)
+            results["runs"] = bench.results
+            await bench.run()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(180):
+            log(f"cleaning up: namespace {namespace}" + (" and the CRD" if created_crd else ""))
+            try:
+                await api.delete_namespace(namespace)
+                if created_crd:
+                    await api.delete_crd()
+            except RUN_ERRORS as exc:
+                log(f"warning: cleanup incomplete: {exc!r}")
+            await api.aclose()
+
+
+async def _signals_to_interrupt() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+        async for signum in signals:
+            raise Interrupted(signal.Signals(signum).name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Ctrl-C must reach us even if started with SIGINT ignored (e.g. `cmd &` in a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = time.monotonic()
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    work_dir = Path(args.work_dir) / stamp
+    work_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(
+            ["python benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)]
+        ),
+    }
+    needs_kopf = "kopf" in args.frameworks or ("aiohttp" in args.clients and not args.no_ceiling)
+    kopf = kopf_python(args.kopf_python) if needs_kopf else None
+    handle: ClusterHandle | None = None
+    interrupted = False
+    try:
+        handle = start_cluster(args)
+        config = Config(
+            sizes=args.sizes,
+            repeat=args.repeat,
+            frameworks=args.frameworks,
+            variants=args.variants,
+            clients=[c for c in args.clients if kopf or c != "aiohttp"],
+            creators=args.creators,
+            ceiling_concurrency=args.ceiling_concurrency,
+            restart=not args.no_restart,
+            idle=args.idle,
+            ceiling=not args.no_ceiling,
+            decode=not args.no_decode,
+            decode_events=2000 if args.quick else 5000,
+            decode_rounds=3 if args.quick else 10,
+            kopf_python=kopf,
+            trioperator_cmd=trioperator_cmd(),
+            kubeconfig=handle.kubeconfig,
+            work_dir=work_dir,
+            timeout_factor=args.timeout_factor,
+            cluster_pids=handle.pids(),
+        )
+        results["config"] = {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()
+        }
+        results["cluster"] = "isolated" if handle.isolated_dir else "given/shared"
+        with tempfile.TemporaryDirectory(prefix="bench-run-") as tmp:
+            cluster = load_cluster(handle.kubeconfig, tmp_dir=tmp)
+            trio.run(bench_main, config, cluster, results)
+    except BaseException as exc:
+        if interrupt_in(exc):
+            interrupted = True
+            log("interrupted; everything started here has been stopped and removed")
+        elif (error := run_error(exc)) is not None:
+            log(f"error: {error}")
+            results["error"] = error
+        else:
+            raise
+    finally:
+        kill_leftovers()
+        if handle is not None:
+            stop_cluster(handle, args.keep_cluster)
+    if not interrupted and "error" not in results and config.decode:
+        results["decode"] = run_decode(config)  # CPU-bound: after the cluster has stopped
+    results["duration_s"] = time.monotonic() - started
+    results["interrupted"] = interrupted
+    if "machine" not in results:
+        return 130 if interrupted else 1
+    markdown = report.render(results)
+    # Partial results do not replace the published ones.
+    out = work_dir if interrupted or "error" in results else Path(args.out)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "RESULTS.md").write_text(markdown)
+    print(markdown)
+    log(
+        f"wrote {out / 'RESULTS.md'} and {out / 'results.json'} "
+        f"in {results['duration_s'] / 60:.1f} min"
+    )
+    runs = results.get("runs", {})
+    failures = [r for kind in ("burst", "restart", "ceiling") for r in runs.get(kind, [])]
+    failed = any(not r.get("ok") for r in failures) or "error" in results
+    return 130 if interrupted else (1 if failed else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
