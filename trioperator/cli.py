@@ -7,12 +7,15 @@ reported as usage errors (exit code 2) before anything connects to the cluster.
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import importlib
 import importlib.util
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,7 +23,13 @@ import cyclopts
 import trio
 from cyclopts import App, Parameter
 
-from trioperator._engine.registry import OperatorRegistry, get_default_registry
+from trioperator._client.credentials import Vault
+from trioperator._engine.registry import (
+    OperatorRegistry,
+    get_default_registry,
+    set_default_registry,
+)
+from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
 from trioperator._runtime.operator import Operator
 from trioperator._runtime.probing import parse_endpoint
@@ -38,6 +47,32 @@ LogFormat = Literal["full", "plain", "json"]
 
 class UsageError(Exception):
     """A problem with the command line or the files it names; exit code 2."""
+
+
+@dataclasses.dataclass
+class CLIControls:
+    """What an in-process runner (``trioperator.testing.KopfRunner``) passes to ``main``
+    besides the command line, like Kopf's ``CLIControls``.
+
+    ``started`` is called inside the operator's trio run, just before ``Operator.main``: a
+    runner in another thread keeps ``trio.lowlevel.current_trio_token()`` there, to stop the
+    operator later with ``trio.from_thread.run_sync(operator.stop, trio_token=token)``.
+    """
+
+    registry: OperatorRegistry | None = None
+    """Serve these handlers; the files and modules of the command line register into it."""
+    settings: OperatorSettings | None = None
+    vault: Vault | None = None
+    handle_signals: bool = True
+    """Only the main thread can handle signals: runners in other threads turn this off."""
+    started: Callable[[Operator], object] | None = None
+    exception: BaseException | None = None
+    """Set by ``main`` to the error behind a non-zero exit code."""
+
+
+_CONTROLS: contextvars.ContextVar[CLIControls | None] = contextvars.ContextVar(
+    "trioperator_cli_controls", default=None
+)
 
 
 @app.command
@@ -106,17 +141,33 @@ def run(
         log_prefix=log_prefix,
         log_refkey=log_refkey,
     )
-    registry = get_default_registry()
-    load(paths or [], module or [], registry=registry)
+    controls = _CONTROLS.get() or CLIControls()
+    registry = controls.registry if controls.registry is not None else get_default_registry()
+    # The decorators of the loaded code register into the default registry: while loading,
+    # that is the registry to serve.
+    previous = get_default_registry()
+    set_default_registry(registry)
+    try:
+        load(paths or [], module or [], registry=registry)
+    finally:
+        set_default_registry(previous)
     operator = Operator(
         registry=registry,
+        settings=controls.settings,
+        vault=controls.vault,
         namespaces=namespaces,
         clusterwide=not namespaces,
-        handle_signals=True,
+        handle_signals=controls.handle_signals,
         liveness_endpoint=liveness,
     )
-    trio.run(operator.main)
+    trio.run(_run_operator, operator, controls.started)
     return 0
+
+
+async def _run_operator(operator: Operator, started: Callable[[Operator], object] | None) -> None:
+    if started is not None:
+        started(operator)
+    await operator.main()
 
 
 def load(paths: list[str], modules: list[str], *, registry: OperatorRegistry) -> None:
@@ -221,20 +272,31 @@ def configure_logging(
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console entry point; returns the process exit code."""
+def main(argv: list[str] | None = None, *, controls: CLIControls | None = None) -> int:
+    """The console entry point; returns the process exit code.
+
+    ``controls`` come from in-process runners (``trioperator.testing.KopfRunner``); the error
+    behind a non-zero exit code is left in ``controls.exception``.
+    """
+    controls = controls if controls is not None else CLIControls()
+    reset = _CONTROLS.set(controls)
     try:
         result = app(argv, exit_on_error=False, print_error=True)
     except UsageError as exc:
+        controls.exception = exc
         print(f"Usage error: {exc}", file=sys.stderr)
         return 2
-    except cyclopts.CycloptsError:
+    except cyclopts.CycloptsError as exc:
+        controls.exception = exc
         return 2
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
+        controls.exception = exc
         logging.getLogger("trioperator").critical(f"The operator has failed: {exc!r}", exc_info=exc)
         return 1
+    finally:
+        _CONTROLS.reset(reset)
     return result if isinstance(result, int) else 0

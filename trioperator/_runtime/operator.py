@@ -167,12 +167,14 @@ class Operator:
                     finally:
                         root.cancel_scope.cancel()
             finally:
-                with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-                    await self._run_activity(Activity.CLEANUP, execution)
-                if self.api is not None:
-                    with trio.CancelScope(shield=True):
-                        await api.aclose()
-                self.vault.close()
+                try:
+                    with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+                        await self._run_activity(Activity.CLEANUP, execution)
+                finally:
+                    if self.api is not None:
+                        with trio.CancelScope(shield=True):
+                            await api.aclose()
+                    self.vault.close()
 
     def _default_namespace(self) -> str | None:
         """Where events about cluster-scoped objects go: the credentials' namespace, if any."""

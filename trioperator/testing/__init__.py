@@ -1,11 +1,41 @@
-"""Testing operators without a cluster: an in-process fake Kubernetes API with fault injection.
+"""Testing operators without a cluster.
 
-See :class:`FakeAPI`.
+- :class:`FakeAPI`: an in-process fake Kubernetes API with fault injection.
+- :func:`run_operator` / :class:`OperatorHarness`: an operator in the test's own nursery,
+  against a fake API, with waits on trio's (mock) clock and captured logs.
+- :class:`KopfRunner`: Kopf's runner of the command line in a background thread, for
+  synchronous tests; :class:`FakeAPIThread` serves a fake API for them.
+- ``trioperator.testing.pytest_plugin``: fixtures (``pytest_plugins = [...]`` to enable).
+
+See ``docs/testing.md``.
 """
 
 from __future__ import annotations
 
 from trioperator.testing._fakestore import ResourceDef, StatusError
 from trioperator.testing.fakeapi import FakeAPI, Injection, RecordedRequest
+from trioperator.testing.harness import (
+    CapturedLogs,
+    OperatorHarness,
+    OperatorRunner,
+    OperatorStoppedError,
+    load_registry,
+    run_operator,
+)
+from trioperator.testing.runner import FakeAPIThread, KopfRunner
 
-__all__ = ["FakeAPI", "Injection", "RecordedRequest", "ResourceDef", "StatusError"]
+__all__ = [
+    "CapturedLogs",
+    "FakeAPI",
+    "FakeAPIThread",
+    "Injection",
+    "KopfRunner",
+    "OperatorHarness",
+    "OperatorRunner",
+    "OperatorStoppedError",
+    "RecordedRequest",
+    "ResourceDef",
+    "StatusError",
+    "load_registry",
+    "run_operator",
+]

@@ -1,0 +1,100 @@
+"""The command line: parsing, usage errors (exit code 2 before anything connects), loading."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trioperator._engine.registry import OperatorRegistry
+from trioperator.cli import CLIControls, UsageError, load, main
+
+
+def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int, CLIControls]:
+    controls = CLIControls(registry=registry or OperatorRegistry(), handle_signals=False)
+    return main(argv, controls=controls), controls
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "-n", "ns1", "-A", "x.py"], "Either --namespace or --all-namespaces"),
+        (["run", "-L", "https://0.0.0.0:8080/healthz", "x.py"], "http://"),
+        (["run"], "Nothing to run"),
+        (["run", "/nonexistent/operator.py"], "No such file: /nonexistent/operator.py"),
+        (["run", "-m", "no_such_module_here_at_all"], "No such module: no_such_module_here_at_all"),
+    ],
+)
+def test_usage_errors_exit_with_code_2_and_say_why(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, controls = _run(argv)
+    assert code == 2
+    assert isinstance(controls.exception, UsageError)
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _ = _run(["run", "--no-such-option", "x.py"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "Unknown" in captured.out + captured.err
+
+
+def test_a_file_without_handlers_is_a_usage_error(tmp_path: Path, capsys: Any) -> None:
+    file = tmp_path / "empty_operator.py"
+    file.write_text("X = 1\n")
+    code, _ = _run(["run", str(file)])
+    assert code == 2
+    assert "No handlers were registered" in capsys.readouterr().err
+
+
+def test_a_syntax_error_in_the_operator_file_is_reported(tmp_path: Path, capsys: Any) -> None:
+    file = tmp_path / "broken_operator.py"
+    file.write_text("def oops(:\n")
+    code, controls = _run(["run", str(file)])
+    assert code != 0
+    assert isinstance(controls.exception, SyntaxError)
+
+
+def test_files_and_modules_register_their_handlers(tmp_path: Path, monkeypatch: Any) -> None:
+    (tmp_path / "op_file.py").write_text(
+        "import trioperator as kopf\n@kopf.on.create('kopfexamples')\ndef from_file(**_): pass\n"
+    )
+    (tmp_path / "op_module_for_cli_test.py").write_text(
+        "import trioperator as kopf\n@kopf.on.update('kopfexamples')\ndef from_module(**_): pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = OperatorRegistry()
+    from trioperator._engine.registry import get_default_registry, set_default_registry
+
+    previous = get_default_registry()
+    set_default_registry(registry)
+    try:
+        load([str(tmp_path / "op_file.py")], ["op_module_for_cli_test"], registry=registry)
+    finally:
+        set_default_registry(previous)
+    assert len(registry) == 2
+
+
+def test_version_from_the_module_entry_point() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "trioperator", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    import trioperator
+
+    assert result.returncode == 0
+    assert result.stdout.strip() == trioperator.__version__
+
+
+def test_options_come_from_the_environment_too(monkeypatch: Any, capsys: Any) -> None:
+    monkeypatch.setenv("TRIOPERATOR_ALL_NAMESPACES", "true")
+    code, _ = _run(["run", "-n", "ns1", "x.py"])
+    assert code == 2
+    assert "Either --namespace or --all-namespaces" in capsys.readouterr().err
