@@ -41,6 +41,8 @@ from trioperator._engine.filters import any_ as any_
 from trioperator._engine.filters import none_ as none_
 from trioperator._engine.filters import not_ as not_
 from trioperator._engine.ids import HandlerId as HandlerId
+from trioperator._engine.indexing import Index as Index
+from trioperator._engine.indexing import Store as Store
 from trioperator._engine.lifecycles import get_default_lifecycle as get_default_lifecycle
 from trioperator._engine.lifecycles import set_default_lifecycle as set_default_lifecycle
 from trioperator._engine.memos import Memo as Memo
@@ -57,6 +59,10 @@ from trioperator._engine.registry import get_default_registry as get_default_reg
 from trioperator._engine.registry import set_default_registry as set_default_registry
 from trioperator._engine.selectors import EVERYTHING as EVERYTHING
 from trioperator._engine.settings import OperatorSettings as OperatorSettings
+from trioperator._engine.stoppers import DaemonStopped as DaemonStopped
+from trioperator._engine.stoppers import DaemonStoppingReason as DaemonStoppingReason
+from trioperator._engine.stoppers import SyncDaemonStopperChecker as SyncDaemonStopperChecker
+from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
 from trioperator._runtime.execution import execute as execute
@@ -78,9 +84,12 @@ __all__ = [
     "Annotations",
     "AnnotationsDiffBaseStorage",
     "AnnotationsProgressStorage",
+    "AsyncDaemonStopperChecker",
     "Body",
     "BodyEssence",
     "ConnectionInfo",
+    "DaemonStopped",
+    "DaemonStoppingReason",
     "Diff",
     "DiffBaseStorage",
     "DiffItem",
@@ -92,6 +101,7 @@ __all__ = [
     "HandlerId",
     "HandlerRetriesError",
     "HandlerTimeoutError",
+    "Index",
     "Labels",
     "LoginError",
     "Memo",
@@ -115,6 +125,8 @@ __all__ = [
     "Status",
     "StatusDiffBaseStorage",
     "StatusProgressStorage",
+    "Store",
+    "SyncDaemonStopperChecker",
     "TemporaryError",
     "Vault",
     "__version__",

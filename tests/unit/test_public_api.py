@@ -23,6 +23,17 @@ KOPF_NAMES = [
     # Registries.
     "OperatorRegistry", "get_default_registry", "set_default_registry",
     "__version__",
+    # Diffs, memos, storages, lifecycles.
+    "Diff", "DiffItem", "DiffOperation", "Memo", "ProgressRecord", "ProgressStorage",
+    "AnnotationsProgressStorage", "StatusProgressStorage", "MultiProgressStorage",
+    "SmartProgressStorage", "DiffBaseStorage", "AnnotationsDiffBaseStorage",
+    "StatusDiffBaseStorage", "MultiDiffBaseStorage", "BodyEssence",
+    "get_default_lifecycle", "set_default_lifecycle",
+    # Running, credentials, events, daemons, indices.
+    "execute", "run", "operator", "ConnectionInfo", "LoginError",
+    "login_with_kubeconfig", "login_with_service_account",
+    "event", "info", "warn", "exception",
+    "DaemonStopped", "DaemonStoppingReason", "Index", "Store",
 ]  # fmt: skip
 
 ON_NAMES = [

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth
+from trioperator._engine.handlers import IndexingHandler
+from trioperator._engine.indexing import Index, Indexers
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.indexing import IndexingReadiness
 from trioperator._runtime.memories import Memories
+
+if TYPE_CHECKING:
+    from trioperator._runtime.daemons import DaemonsKeeper
 
 
 @dataclasses.dataclass
@@ -32,6 +39,21 @@ class OperatorContext:
         default_factory=lambda: datetime.datetime.now(datetime.UTC)
     )
     """The wall-clock time at trio time zero (set when the operator starts)."""
+
+    indexers: Indexers = dataclasses.field(default_factory=Indexers)
+    """The in-memory indices of all ``@index`` handlers (written only by the watchers)."""
+
+    indexing: IndexingReadiness = dataclasses.field(default_factory=IndexingReadiness)
+    """Open once every indexed resource is listed and indexed: resource handlers wait for it."""
+
+    def __post_init__(self) -> None:
+        # Every declared index exists from the start, empty, so handlers can rely on it.
+        self.indexers.ensure(handler.id for handler in self.registry.get_handlers(IndexingHandler))
+
+    @property
+    def indices(self) -> Mapping[str, Index[Any, Any]]:
+        """The read-only indices by handler id, for handler kwargs (activities and probes too)."""
+        return self.indexers.indices
 
     def now(self) -> datetime.datetime:
         """Wall-clock "now" derived from trio's clock, so a mock clock governs it in tests."""
@@ -71,6 +93,21 @@ class ResourceContext:
     worker_slots: trio.Semaphore | None = None
     health: WatchHealth = dataclasses.field(default_factory=WatchHealth)
     """The watcher's signs of life, for the liveness probe."""
+    daemons: DaemonsKeeper | None = None
+    """The daemons and timers of this watcher's objects; set by the watcher while it runs."""
+    stopping: trio.Event = dataclasses.field(default_factory=trio.Event)
+    """Set to stop this watcher alone, gracefully (as the operator's ``stopping`` does for all):
+    e.g. when its namespace goes away."""
+
+    @property
+    def is_stopping(self) -> bool:
+        return self.stopping.is_set() or self.operator.stopping.is_set()
+
+    async def wait_stopping(self) -> None:
+        """Return when this watcher is to stop (alone, or with the whole operator)."""
+        async with trio.open_nursery() as nursery:
+            for event in (self.stopping, self.operator.stopping):
+                nursery.start_soon(_cancel_when_set, event, nursery.cancel_scope)
 
     @property
     def api(self) -> APIClient:
@@ -83,3 +120,8 @@ class ResourceContext:
     @property
     def settings(self) -> OperatorSettings:
         return self.operator.settings
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

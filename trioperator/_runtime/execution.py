@@ -52,6 +52,9 @@ class Execution:
     limiter: trio.CapacityLimiter
     progress_storage: Any = None
     lifecycle: LifeCycleFn | None = None
+    abandon_threads: bool = False
+    """On cancellation, let go of a sync handler's thread instead of waiting for it (daemons:
+    the thread runs on until it returns; nothing else can stop a thread)."""
 
 
 @dataclasses.dataclass
@@ -269,8 +272,11 @@ async def _invoke_in_time(
     time_left: float | None,
 ) -> Any:
     # Only async handlers can be interrupted; a thread runs to its end regardless.
+    abandon = execution.abandon_threads
     if time_left is None or not is_async_fn(handler.fn):
-        return await invoke(handler.fn, kwargs=kwargs, limiter=execution.limiter)
+        return await invoke(
+            handler.fn, kwargs=kwargs, limiter=execution.limiter, abandon_on_cancel=abandon
+        )
     with trio.move_on_after(max(time_left, 0)) as scope:
         return await invoke(handler.fn, kwargs=kwargs, limiter=execution.limiter)
     if scope.cancelled_caught:

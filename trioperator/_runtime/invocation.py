@@ -33,14 +33,19 @@ async def invoke(
     *,
     kwargs: Mapping[str, Any],
     limiter: trio.CapacityLimiter | None = None,
+    abandon_on_cancel: bool = False,
 ) -> Any:
-    """Call ``fn(**kwargs)`` the way it wants to be called and return its result."""
+    """Call ``fn(**kwargs)`` the way it wants to be called and return its result.
+
+    A sync ``fn`` runs in a worker thread. Cancellation waits for the thread to return, unless
+    ``abandon_on_cancel``: then the caller is cancelled at once and the thread runs on alone.
+    """
     if is_async_fn(fn):
         return await fn(**kwargs)
     result = await trio.to_thread.run_sync(
         functools.partial(fn, **kwargs),
         limiter=limiter,
-        abandon_on_cancel=False,
+        abandon_on_cancel=abandon_on_cancel,
     )
     # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn).
     if inspect.isawaitable(result):

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from trioperator._engine.patches import PatchFn
+from trioperator._engine.progression import State
+from trioperator._runtime.daemons import DaemonsMemory
 
 
 @dataclasses.dataclass
@@ -39,6 +42,15 @@ class ObjectMemory:
     released: bool = False
     """Our finalizer was removed from the object marked for deletion: nothing more to do."""
 
+    deletion_handled: bool = False
+    """The delete handlers are done, but daemons still hold the object: do not run them again."""
+
+    daemons: DaemonsMemory = dataclasses.field(default_factory=DaemonsMemory)
+    """The object's daemons and timers, its live body and idle time."""
+
+    indexing_state: State | None = None
+    """Indexing failures being retried or excluded (``None`` when all indexers succeeded)."""
+
 
 class Memories:
     """The memories of one watcher's objects, keyed by uid (or a synthetic key)."""
@@ -62,3 +74,9 @@ class Memories:
 
     def __contains__(self, key: object) -> bool:
         return key in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._items))
+
+    def get(self, key: str) -> ObjectMemory | None:
+        return self._items.get(key)

@@ -96,6 +96,8 @@ class Operator:
         self.stop_flag = trio.Event()
         """Set it to stop the operator gracefully."""
         self.api: APIClient | None = None
+        self.context: OperatorContext | None = None
+        """The running operator's shared state (for introspection and test kits)."""
         self.served: frozenset[Resource] = frozenset()
 
     def stop(self) -> None:
@@ -112,6 +114,7 @@ class Operator:
             thread_limiter=make_limiter(settings.execution.max_workers),
         )
         context.reset_basetime()
+        self.context = context
         execution = Execution(
             now=context.now,
             default_backoff=settings.execution.default_backoff,
@@ -194,6 +197,8 @@ class Operator:
 
         async with trio.open_nursery() as watchers:
             watchers.start_soon(_stop_on_flag, self.stop_flag, context.stopping)
+            # The watchers start one by one: no object is handled before all are indexed.
+            starting = context.indexing.hold() if context.indices else None
             for resource in sorted(self.served, key=str):
                 for namespace in namespaces if resource.namespaced else (None,):
                     resource_ctx = ResourceContext(
@@ -211,6 +216,7 @@ class Operator:
                     # Only now: until its stream starts, a watcher is not alive yet.
                     where = f"in {namespace!r}" if namespace is not None else "cluster-wide"
                     self.watchers_health[f"{resource} {where}"] = resource_ctx.health
+            context.indexing.release(starting)
             self.ready_flag.set()
             logger.info(f"The operator is ready: serving {len(self.served)} resource(s).")
             await context.stopping.wait()

@@ -35,6 +35,7 @@ from trioperator._engine.progression import HandlerState, State, deliver_results
 from trioperator._engine.reasons import TITLES, Reason
 from trioperator._runtime.applying import apply_patch
 from trioperator._runtime.contexts import ResourceContext
+from trioperator._runtime.daemons import settle_daemons
 from trioperator._runtime.execution import Execution, run_handler_once, run_handlers
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.memories import ObjectMemory
@@ -52,6 +53,8 @@ class CycleOutcome:
 
     patched: bool = False
     gone: bool = False
+    awaiting_daemons: bool = False
+    """Daemons still hold the object being deleted: wake up when one of them ends."""
 
 
 def execution_for(ctx: ResourceContext) -> Execution:
@@ -81,7 +84,7 @@ async def process_events(
         cause = WatchingCause(
             logger=logger,
             memo=memory.memo,
-            indices={},
+            indices=ctx.operator.indices,
             resource=ctx.resource,
             patch=patch,
             body=body,
@@ -141,13 +144,13 @@ async def process_changes(
     persistence = ctx.settings.persistence
     raw_body = event["object"]
 
+    changing = registry.has_changing_handlers(resource)
+    spawning = registry.has_spawning_handlers(resource)
     if event["type"] == "DELETED":
-        if registry.has_changing_handlers(resource):
+        if changing:
             logger.debug("Deleted, really deleted, and we are notified.")
         return CycleOutcome(gone=True)
-    if not registry.has_changing_handlers(resource) or (
-        memory.released and is_deletion_ongoing(raw_body)
-    ):
+    if not (changing or spawning) or (memory.released and is_deletion_ongoing(raw_body)):
         # After we have removed our finalizer, events of the states in between (e.g. of our
         # own merge-patch just before that) must not start the deletion anew. Removing the
         # last finalizer does not change the resourceVersion: consistency cannot tell this.
@@ -165,8 +168,10 @@ async def process_changes(
         resource=resource,
         body=raw_body,
         kwargs=lambda: {"body": body, "logger": logger, "memo": memory.memo},
+        excluded=memory.daemons.forever_stopped,
     )
 
+    awaiting_daemons = False
     if requires and not blocked and not deleting:
         # Changing handlers wait for the next cycle: the finalizer must be in place first.
         logger.debug("Adding the finalizer, thus preventing the actual deletion.")
@@ -175,10 +180,25 @@ async def process_changes(
         logger.debug("Removing the finalizer, as there are no handlers requiring it.")
         allow_deletion(body=raw_body, patch=patch, finalizer=finalizer)
     else:
-        delay = await _process_changing_cause(ctx, event, body, patch, memory, logger)
+        # The daemons are stopped as soon as the deletion is seen (process_spawning); the
+        # object is released only when they are all done and the delete handlers too.
+        daemons_delay = None
+        if deleting and spawning:
+            daemons_delay = await settle_daemons(ctx, memory, logger)
+            awaiting_daemons = daemons_delay is not None
+        if changing and not (deleting and memory.deletion_handled):
+            delay = await _process_changing_cause(
+                ctx, event, body, patch, memory, logger, may_release=not awaiting_daemons
+            )
+        elif deleting and blocked and not awaiting_daemons:
+            logger.debug("Removing the finalizer, thus allowing the actual deletion.")
+            allow_deletion(body=raw_body, patch=patch, finalizer=finalizer)
+        if daemons_delay is not None:
+            delay = daemons_delay if delay is None else min(delay, daemons_delay)
 
     releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
     outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
+    outcome.awaiting_daemons = awaiting_daemons
     if releasing and not memory.pending_fns:
         memory.released = True
     return outcome
@@ -191,7 +211,11 @@ async def _process_changing_cause(
     patch: Patch,
     memory: ObjectMemory,
     logger: Logger,
+    *,
+    may_release: bool = True,
 ) -> float | None:
+    """Detect and handle the changing cause; ``may_release=False`` keeps our finalizer on a
+    deleted object (its daemons are still stopping) even when the delete handlers are done."""
     registry = ctx.registry
     resource = ctx.resource
     persistence = ctx.settings.persistence
@@ -231,7 +255,7 @@ async def _process_changing_cause(
     cause = ChangingCause(
         logger=logger,
         memo=memory.memo,
-        indices={},
+        indices=ctx.operator.indices,
         resource=resource,
         patch=patch,
         body=body,
@@ -295,9 +319,12 @@ async def _process_changing_cause(
         if old != new:
             diffbase.store(body=body, patch=patch, essence=new)
         memory.fully_handled_once = True
-        if reason is Reason.DELETE:
+        if reason is Reason.DELETE and may_release:
             logger.debug("Removing the finalizer, thus allowing the actual deletion.")
             allow_deletion(body=body.raw, patch=patch, finalizer=persistence.finalizer)
+        elif reason is Reason.DELETE:
+            # Not again when the daemons are done: the handlers' records are purged already.
+            memory.deletion_handled = True
     return delay
 
 

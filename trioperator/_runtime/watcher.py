@@ -2,14 +2,24 @@
 
 Task tree::
 
-    run_watcher                      owns the workers' nursery
-    ├── stream_events                list + watch (trioperator._client.watching), feeds a channel
-    ├── the router (this task)       routes each event by uid to the object's worker
-    └── run_worker (per object)         one per object with queued work; idles out when quiet
+    run_watcher                      owns the background and the workers' nurseries
+    └── background nursery           daemons and timers (trioperator._runtime.daemons)
+        ├── exit relay               the operator's stop -> all daemons stop (OPERATOR_EXITING)
+        ├── daemon/timer tasks       one per (object, handler), with their terminators
+        └── workers' nursery
+            ├── stream_events        list + watch (trioperator._client.watching), feeds a channel
+            ├── the router (this task)  indexes each event, then routes it by uid to its worker
+            └── run_worker (per object)    one per object with queued work; idles out when quiet
 
-A graceful stop (``operator.stopping``) ends the stream first, then closes every worker's
-channel so that each finishes what is already queued, for at most
-``settings.queueing.exit_timeout`` seconds, after which the rest is cancelled.
+A graceful stop (``operator.stopping``, or ``ctx.stopping`` for this watcher alone) ends the
+stream first and asks every daemon to stop;
+then every worker's channel is closed so that each finishes what is already queued, for at most
+``settings.queueing.exit_timeout`` seconds, after which the rest is cancelled. The daemons end
+within their own termination limits (see daemons.py); the watcher returns when all have.
+
+Indexing happens here, in the router, not in the workers (see _runtime/indexing.py for why).
+A watcher of an indexed resource holds the operator's indexing gate closed until its initial
+listing is routed and indexed.
 """
 
 from __future__ import annotations
@@ -23,7 +33,11 @@ import trio
 
 from trioperator._client.watching import LISTED, WatchItem, stream_events
 from trioperator._engine.bodies import RawEvent
+from trioperator._engine.stoppers import DaemonStoppingReason
 from trioperator._runtime.contexts import ResourceContext
+from trioperator._runtime.daemons import DaemonsKeeper
+from trioperator._runtime.indexing import index_object
+from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.workers import run_worker
 
 logger = logging.getLogger(__name__)
@@ -62,38 +76,69 @@ async def run_watcher(
     settings = ctx.settings
     streams: dict[str, trio.MemorySendChannel[RawEvent]] = {}
     send_events, receive_events = trio.open_memory_channel[WatchItem](STREAM_BUFFER)
+    # Before the first checkpoint: watchers started together all hold the gate before any
+    # worker of any of them can run.
+    indexed = ctx.registry.has_indexing_handlers(ctx.resource)
+    gate = ctx.operator.indexing.hold() if indexed else None
 
-    async with trio.open_nursery() as workers:
-        async with trio.open_nursery() as streaming:
-            streaming.start_soon(
-                _stop_when_asked, ctx, streaming.cancel_scope, name="watcher stopper"
-            )
-            streaming.start_soon(
-                partial(
-                    stream_events,
-                    ctx.api,
-                    ctx.resource,
-                    ctx.namespace,
-                    settings=settings.watching,
-                    send=send_events,
-                    health=ctx.health,
-                ),
-                name=f"stream {ctx.resource} in {ctx.namespace or '*'}",
-            )
-            # The producer owns the send side; the router below owns the receive side.
-            await _route(ctx, receive_events, streams, workers, task_status)
+    try:
+        async with trio.open_nursery() as background:
+            keeper = ctx.daemons = DaemonsKeeper(ctx, background)
+            relay = trio.CancelScope()
+            background.start_soon(_close_when_stopping, ctx, keeper, relay, name="exit relay")
+            try:
+                async with trio.open_nursery() as workers:
+                    async with trio.open_nursery() as streaming:
+                        streaming.start_soon(
+                            _stop_when_asked, ctx, streaming.cancel_scope, name="watcher stopper"
+                        )
+                        streaming.start_soon(
+                            partial(
+                                stream_events,
+                                ctx.api,
+                                ctx.resource,
+                                ctx.namespace,
+                                settings=settings.watching,
+                                send=send_events,
+                                health=ctx.health,
+                            ),
+                            name=f"stream {ctx.resource} in {ctx.namespace or '*'}",
+                        )
+                        # The producer owns the send side; the router owns the receive side.
+                        await _route(ctx, receive_events, streams, workers, task_status, gate)
 
-        # The stream has stopped. Let every worker finish what is queued, within the bound.
-        for channel in streams.values():
-            channel.close()
-        workers.cancel_scope.deadline = trio.current_time() + settings.queueing.exit_timeout
-    if workers.cancel_scope.cancelled_caught:
-        logger.warning(f"Unprocessed streams left for {ctx.resource} after the exit timeout.")
+                    # The stream has stopped. Let every worker finish what is queued, within
+                    # the bound.
+                    for channel in streams.values():
+                        channel.close()
+                    deadline = trio.current_time() + settings.queueing.exit_timeout
+                    workers.cancel_scope.deadline = deadline
+                if workers.cancel_scope.cancelled_caught:
+                    logger.warning(
+                        f"Unprocessed streams left for {ctx.resource} after the exit timeout."
+                    )
+            finally:
+                # Whatever ended the watcher, no daemon outlives it (normally, they are asked
+                # to stop as soon as the operator begins to stop, by the relay).
+                keeper.close(DaemonStoppingReason.OPERATOR_EXITING)
+                relay.cancel()
+    finally:
+        if gate is not None:
+            ctx.operator.indexing.release(gate)
+        ctx.daemons = None
 
 
 async def _stop_when_asked(ctx: ResourceContext, scope: trio.CancelScope) -> None:
-    await ctx.operator.stopping.wait()
+    await ctx.wait_stopping()
     scope.cancel()
+
+
+async def _close_when_stopping(
+    ctx: ResourceContext, keeper: DaemonsKeeper, scope: trio.CancelScope
+) -> None:
+    with scope:
+        await ctx.wait_stopping()
+        keeper.close(DaemonStoppingReason.OPERATOR_EXITING)
 
 
 async def _route(
@@ -102,19 +147,39 @@ async def _route(
     streams: dict[str, trio.MemorySendChannel[RawEvent]],
     workers: trio.Nursery,
     task_status: trio.TaskStatus[None],
+    gate: object | None,
 ) -> None:
     listing = True
     started = False
+    indexed = ctx.registry.has_indexing_handlers(ctx.resource)
+    listed: set[str] = set()  # the objects of the current listing (initial, or after a 410)
     async with receive_events:
         async for item in receive_events:
             if item is LISTED:
                 listing = False
+                _forget_unlisted(ctx, listed, streams)
+                listed = set()
+                if gate is not None:
+                    # Every listed object is indexed (above, in this task): the gate may open.
+                    ctx.operator.indexing.release(gate)
                 if not started:
                     started = True
                     task_status.started()
                 continue
             event: RawEvent = item  # type: ignore[assignment]
             key = object_key(event["object"])
+            if event["type"] is None:
+                listed.add(key)
+            if indexed:
+                memory = ctx.memories.recall(
+                    key, noticed_by_listing=listing and event["type"] is None
+                )
+                try:
+                    await index_object(ctx, key, event, memory)
+                except Exception as exc:
+                    # Not an indexer's error (those are handled per their options): ours, e.g. a
+                    # failing filter callback. Logged; never fatal to the whole watcher.
+                    ObjectLogger(event["object"]).exception(f"Indexing failed: {exc!r}")
             channel = streams.get(key)
             if channel is None:
                 memory = ctx.memories.recall(
@@ -164,3 +229,28 @@ def _discarding(
         channel.close()
 
     return discard
+
+
+def _forget_unlisted(
+    ctx: ResourceContext,
+    listed: set[str],
+    streams: dict[str, trio.MemorySendChannel[RawEvent]],
+) -> None:
+    """After a listing, drop what is known of objects that were not in it.
+
+    They were deleted while the watch-stream was down (e.g. before a 410 re-listing), so their
+    DELETED events never came: their index values go, their daemons stop.
+    """
+    for key in ctx.memories:
+        if key in listed:
+            continue
+        memory = ctx.memories.get(key)
+        if memory is None:
+            continue
+        ctx.operator.indexers.discard_all(key)
+        if ctx.daemons is not None and memory.daemons.running:
+            ctx.daemons.stop_all(
+                memory.daemons.running.values(), DaemonStoppingReason.RESOURCE_DELETED
+            )
+        if key not in streams:
+            ctx.memories.forget(key)

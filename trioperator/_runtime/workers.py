@@ -16,8 +16,10 @@ from collections.abc import Callable
 import trio
 
 from trioperator._engine.bodies import RawEvent
+from trioperator._engine.causes import is_deletion_ongoing
 from trioperator._engine.patches import Patch
 from trioperator._runtime.contexts import ResourceContext
+from trioperator._runtime.daemons import process_spawning
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
@@ -40,15 +42,36 @@ def _drain(receive: trio.MemoryReceiveChannel[RawEvent], into: list[RawEvent]) -
 
 
 async def _wait(
-    receive: trio.MemoryReceiveChannel[RawEvent], into: list[RawEvent], seconds: float
+    receive: trio.MemoryReceiveChannel[RawEvent],
+    into: list[RawEvent],
+    seconds: float,
+    wake: trio.Event | None = None,
 ) -> bool:
-    """Wait up to ``seconds`` for an event (into ``into``); return False if the channel closed."""
+    """Wait up to ``seconds`` for an event (into ``into``); return False if the channel closed.
+
+    ``wake`` (if given) ends the wait early too, with nothing received: the caller checks it.
+    """
+    open_ = True
     with trio.move_on_after(max(seconds, 0)):
-        try:
-            into.append(await receive.receive())
-        except trio.EndOfChannel:
-            return False
-    return True
+        if wake is None:
+            try:
+                into.append(await receive.receive())
+            except trio.EndOfChannel:
+                open_ = False
+            return open_
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_when_set, wake, nursery.cancel_scope)
+            try:
+                into.append(await receive.receive())
+            except trio.EndOfChannel:
+                open_ = False
+            nursery.cancel_scope.cancel()
+    return open_
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 def _version(event: RawEvent) -> str | None:
@@ -73,6 +96,9 @@ async def run_worker(
     """
     try:
         async with receive:
+            # Before taking a slot: waiting for the indices must not hold back the objects
+            # that are still to be indexed (it would not, anyway: see _runtime/indexing.py).
+            await ctx.operator.indexing.wait()
             if ctx.worker_slots is not None:
                 async with ctx.worker_slots:
                     await _serve(ctx, key, receive, memory, retire)
@@ -92,19 +118,37 @@ async def _serve(
     settings = ctx.settings
     pending: list[RawEvent] = []  # received, not yet seen by the on.event handlers
     latest: RawEvent | None = None  # the newest state, not yet seen by the change handling
+    last: RawEvent | None = None  # the newest state the change handling has seen
     carried = Patch()  # what the on.event handlers produced, to apply in the next cycle
     open_ = True
     while True:
         if latest is None and not pending:
             if not open_:
                 return
-            open_ = await _wait(receive, pending, settings.queueing.idle_timeout)
+            # While daemons hold the object being deleted, their end must lead to a new cycle
+            # (which releases the object): stay, and be woken up by it.
+            holding = (
+                last is not None
+                and is_deletion_ongoing(last["object"])
+                and bool(memory.daemons.stopping)
+            )
+            wake = memory.daemons.changed if holding else None
+            open_ = await _wait(receive, pending, settings.queueing.idle_timeout, wake)
             if not pending:
                 open_ = _drain(receive, pending) and open_
-                if not pending and (not open_ or retire()):
+                if not pending and wake is not None and wake.is_set() and open_:
+                    memory.daemons.rearm()  # each end wakes us up once
+                    latest = last
+                    continue
+                if not pending and (not open_ or (not holding and retire())):
                     return
                 continue
         open_ = _drain(receive, pending) and open_
+
+        if pending and not ctx.operator.indexing.ready:
+            # A watcher of an indexed resource has (re)started: wait until it is indexed.
+            await ctx.operator.indexing.wait()
+            open_ = _drain(receive, pending) and open_
 
         if pending:
             # Our own last patch is among the new events: the states after it are consistent.
@@ -117,6 +161,8 @@ async def _serve(
             objlogger = ObjectLogger(latest["object"])
             try:
                 await process_events(ctx, events, memory, carried)
+                # Daemons and timers follow the newest state at once, consistent or not.
+                await process_spawning(ctx, latest, memory, objlogger)
             except Exception as exc:
                 retry = await _throttle(ctx, memory, objlogger, exc)
                 if retry is None:
@@ -171,7 +217,7 @@ async def _serve(
         carried = Patch()
         body = latest["object"]
         deleted = latest["type"] == "DELETED"
-        latest = None
+        last, latest = latest, None
 
         if outcome.gone:
             ctx.memories.forget(key)
@@ -195,16 +241,23 @@ async def _serve(
                     f"Sleeping for {outcome.delay} (capped {delay}) seconds "
                     "for the delayed handlers."
                 )
+            elif outcome.awaiting_daemons:
+                objlogger.debug(f"Sleeping for {delay} seconds, or until a daemon exits.")
             else:
                 objlogger.debug(f"Sleeping for {delay} seconds for the delayed handlers.")
             deadline = trio.current_time() + delay
-            open_ = await _wait(receive, pending, delay)
+            wake = memory.daemons.changed if outcome.awaiting_daemons else None
+            open_ = await _wait(receive, pending, delay, wake)
             if pending:
                 left = max(0.0, deadline - trio.current_time())
                 objlogger.debug(f"Sleeping was interrupted by new changes, {left:g} seconds left.")
                 continue
             if not open_:
                 return
+            if wake is not None and wake.is_set():
+                memory.daemons.rearm()  # each end wakes us up once
+                latest = last  # a daemon has ended: see if the object can be released now
+                continue
         # The sleep was not interrupted: provoke a new event with the touch-dummy.
         try:
             version = await touch(ctx, body, objlogger)
@@ -241,12 +294,12 @@ async def _throttle(
     delays = tuple(ctx.settings.queueing.error_delays or ())
     if not delays:
         objlogger.exception(f"Unexpected error; waiting for the next event: {exc!r}")
-        return None if ctx.operator.stopping.is_set() else False
+        return None if ctx.is_stopping else False
     delay = delays[min(memory.error_count, len(delays) - 1)]
     memory.error_count += 1
     objlogger.exception(f"Throttling for {delay} seconds due to an unexpected error: {exc!r}")
     with trio.move_on_after(delay):
-        await ctx.operator.stopping.wait()
+        await ctx.wait_stopping()
         return None
     return True
 

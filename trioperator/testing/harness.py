@@ -582,6 +582,11 @@ class OperatorHarness:
 
     # -------------------------------------------------------------------------- internals
 
+    def _threads_busy(self) -> bool:
+        context = getattr(self.operator, "context", None)
+        limiter = getattr(context, "thread_limiter", None)
+        return bool(limiter is not None and limiter.borrowed_tokens)
+
     async def _poll(
         self,
         check: Callable[[], T | None],
@@ -604,6 +609,11 @@ class OperatorHarness:
                     raise OperatorStoppedError(
                         f"The operator has stopped while waiting for {describe()}"
                     ) from self.exception
+                if self._threads_busy():
+                    # A sync handler works in real time; an idle mock clock would jump ahead
+                    # meanwhile (timeouts firing early). Staying runnable keeps the clock still.
+                    await trio.lowlevel.checkpoint()
+                    continue
                 await trio.sleep(self.poll_interval)
         message = f"Waited {limit}s (trio time) in vain for {describe()}"
         if last_error is not None:

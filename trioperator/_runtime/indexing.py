@@ -1,0 +1,169 @@
+"""Indexing objects as they arrive, and the readiness gate that waits for the indices.
+
+Where indexing happens, and why it cannot deadlock
+--------------------------------------------------
+Indexing runs in the watcher's router task, for every event, before the event is routed to the
+object's worker: never in the workers. The workers are what ``settings.queueing.worker_limit``
+limits, and they are what waits for the indices to be ready. Kopf indexes inside the workers;
+with fewer worker slots than indexed objects, the slots are all taken by workers waiting for the
+indices while the remaining objects wait for a slot to be indexed: a deadlock (kopf#1243). Here
+the indexing path holds no slot, so whatever the limit, every listed object is indexed, the
+gate opens, and the waiting workers proceed. (The workers also wait for the gate before they
+take a slot, so that waiting does not even occupy the limited slots.)
+
+The price is that one watcher indexes its objects one after another, so a slow indexer slows
+that watcher's stream; indexers are meant to be fast and side-effect-free (as in Kopf).
+
+Readiness
+---------
+Every watcher of a resource that has indexing handlers holds the gate from its start until its
+initial listing is routed (so every listed object has been indexed once). Resource handlers of
+all resources (``on.event``, changing handlers, daemons and timers) run only while the gate is
+open. A watcher started later (e.g. for a new namespace) closes the gate again until its own
+listing is indexed, as in Kopf.
+
+The operator holds the gate too while it starts its first watchers one by one: otherwise the
+objects of a resource started first could be handled before a resource started later is indexed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+import trio
+
+from trioperator._engine.bodies import Body, RawEvent
+from trioperator._engine.causes import IndexingCause
+from trioperator._engine.errors import ErrorsMode
+from trioperator._engine.handlers import IndexingHandler
+from trioperator._engine.ids import HandlerId
+from trioperator._engine.patches import Patch
+from trioperator._engine.progression import HandlerOutcome, State
+from trioperator._runtime.execution import Execution, run_handler_once
+from trioperator._runtime.loggers import ObjectLogger
+
+if TYPE_CHECKING:
+    from trioperator._runtime.contexts import ResourceContext
+    from trioperator._runtime.memories import ObjectMemory
+
+__all__ = ["IndexingReadiness", "index_object"]
+
+logger = logging.getLogger(__name__)
+
+
+class IndexingReadiness:
+    """A gate that is open while nobody holds it: resource handlers wait for it to open.
+
+    Holders are arbitrary tokens (one per indexing watcher, one for the operator's startup).
+    """
+
+    def __init__(self) -> None:
+        self._holders: set[object] = set()
+        self._opened = trio.Event()
+        self._opened.set()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} ready={self.ready} holders={len(self._holders)}>"
+
+    @property
+    def ready(self) -> bool:
+        return not self._holders
+
+    def hold(self, holder: object | None = None) -> object:
+        """Close the gate until ``release(holder)``; returns the holder (a new token if None)."""
+        token = holder if holder is not None else object()
+        if not self._holders:
+            self._opened = trio.Event()
+        self._holders.add(token)
+        return token
+
+    def release(self, holder: object | None) -> None:
+        """Let go of the gate (idempotent; ``None`` is no holder); it opens when nobody holds it."""
+        if holder is not None:
+            self._holders.discard(holder)
+        if not self._holders:
+            self._opened.set()
+
+    async def wait(self) -> None:
+        """Return once the gate is open (it may close again later)."""
+        while self._holders:
+            await self._opened.wait()
+
+
+def execution_for(ctx: ResourceContext) -> Execution:
+    settings = ctx.settings
+    return Execution(
+        now=ctx.operator.now,
+        default_backoff=settings.execution.default_backoff,
+        limiter=ctx.operator.thread_limiter,
+    )
+
+
+async def index_object(
+    ctx: ResourceContext, key: Hashable, event: RawEvent, memory: ObjectMemory
+) -> None:
+    """(Re)index one object from one event, or drop it from the indices if it is deleted.
+
+    Errors (Kopf's semantics): arbitrary exceptions are ignored by default and the object keeps
+    its stale values; a permanent error (or ``errors=PERMANENT``) drops its values and excludes
+    it from this index until the operator restarts; a temporary one (or ``errors=TEMPORARY``)
+    drops them and excludes it until the delay (``backoff``, by default
+    ``settings.execution.default_backoff``) is over, within ``retries``/``timeout``. Failures
+    are remembered in memory only, and a success forgets them.
+    """
+    registry = ctx.registry
+    resource = ctx.resource
+    indexers = ctx.operator.indexers
+    owned = registry.get_handlers(IndexingHandler, resource)
+    if not owned:
+        return
+    raw = event["object"]
+    if event["type"] == "DELETED":
+        for handler in owned:
+            indexers.discard(handler.id, key)
+        memory.indexing_state = None
+        return
+
+    objlogger = ObjectLogger(raw)
+    cause = IndexingCause(
+        logger=objlogger,
+        memo=memory.memo,
+        indices=indexers.indices,
+        resource=resource,
+        patch=Patch(),  # indexers are not expected to patch; nothing is applied
+        body=Body(raw),
+    )
+    handlers = registry.iter_indexing_handlers(
+        resource=resource, body=raw, kwargs=lambda: cause.kwargs
+    )
+    execution = execution_for(ctx)
+    now = execution.now()
+    state = memory.indexing_state or State.from_scratch()
+    state = state.with_handlers(handlers, now=now)
+    outcomes: dict[HandlerId, HandlerOutcome] = {}
+    for handler in handlers:
+        handler_state = state[handler.id]
+        if handler_state.finished or handler_state.sleeping(now):
+            continue  # excluded: forever (permanent failure) or until the delay is over
+        outcomes[handler.id] = await run_handler_once(
+            handler,
+            cause=cause,
+            handler_state=handler_state,
+            execution=execution,
+            logger=objlogger,
+            default_errors=ErrorsMode.IGNORED,
+        )
+
+    for handler in owned:
+        outcome = outcomes.get(handler.id)
+        if outcome is None or outcome.exception is not None:
+            # Not matching the filters (any more), excluded, or failed (not ignored).
+            indexers.discard(handler.id, key)
+        else:
+            indexers.replace(handler.id, key, outcome.result)
+
+    # Remember the failures and retries only: a success is re-run from scratch every time.
+    state = state.with_outcomes(outcomes, now=execution.now()).without_successes()
+    memory.indexing_state = state if len(state) else None
