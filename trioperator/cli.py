@@ -24,6 +24,7 @@ import trio
 from cyclopts import App, Parameter
 
 from trioperator._client.credentials import Vault
+from trioperator._engine.namespaces import parse_namespace_options
 from trioperator._engine.registry import (
     OperatorRegistry,
     get_default_registry,
@@ -103,7 +104,9 @@ def run(
     module
         Python modules with handlers (importable from the current directory).
     namespace
-        Serve only these namespaces (repeatable; comma-separated names allowed).
+        Serve the namespaces matching this pattern (repeatable): a name, or comma-separated
+        globs with * and ?, where !glob excludes (e.g. 'myapp-*,!*-pr-*'); a leading exclusion
+        implies a * before it. Namespaces created later are served as they appear.
     all_namespaces
         Serve the whole cluster (the default when no namespace is given).
     standalone
@@ -123,9 +126,8 @@ def run(
     log_refkey
         The JSON key holding the object reference in json logs.
     """
-    namespaces = [
-        ns.strip() for value in (namespace or []) for ns in value.split(",") if ns.strip()
-    ]
+    # Each value is one pattern: commas inside it are part of Kopf's glob syntax.
+    namespaces = list(parse_namespace_options(namespace or []))
     if namespaces and all_namespaces:
         raise UsageError("Either --namespace or --all-namespaces, not both.")
     if liveness is not None:

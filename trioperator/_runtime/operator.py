@@ -6,7 +6,7 @@ Task tree (every task belongs to exactly one nursery; nothing outlives ``Operato
     ├── signals                           1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
     ├── stop watcher                      stop_flag -> graceful stop (stopping event)
     ├── authenticator                     login handlers -> credentials vault; re-login on 401
-    └── watchers (one nursery)
+    └── orchestrator                      namespaces & CRDs observed -> watchers started/stopped
         └── run_watcher per (resource, namespace)
             ├── stream_events             list + watch
             └── run_worker per object      cause -> handlers -> one patch
@@ -36,7 +36,6 @@ import trio
 from trioperator._client.api import APIClient
 from trioperator._client.config import login_with_kubeconfig, login_with_service_account
 from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
-from trioperator._client.discovery import scan_resources
 from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth
 from trioperator._engine.errors import ActivityError, ErrorsMode
@@ -46,13 +45,12 @@ from trioperator._engine.memos import Memo
 from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
-from trioperator._runtime.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import make_limiter
-from trioperator._runtime.memories import Memories
+from trioperator._runtime.orchestration import Orchestration, run_orchestrator
 from trioperator._runtime.posting import install_poster, open_poster_channel, run_poster
 from trioperator._runtime.probing import serve_liveness
-from trioperator._runtime.watcher import run_watcher
 
 logger = logging.getLogger("trioperator")
 
@@ -98,7 +96,7 @@ class Operator:
         self.api: APIClient | None = None
         self.context: OperatorContext | None = None
         """The running operator's shared state (for introspection and test kits)."""
-        self.served: frozenset[Resource] = frozenset()
+        self.orchestration: Orchestration | None = None
 
     def stop(self) -> None:
         self.stop_flag.set()
@@ -188,41 +186,31 @@ class Operator:
 
     async def _serve(self, context: OperatorContext) -> None:
         assert self.api is not None
-        resources = await scan_resources(self.api)
-        served = self.registry.resolve_resources(resources)
-        for warning in served.warnings:
-            logger.warning(warning)
-        self.served = served.watched
-        namespaces: tuple[str | None, ...] = (None,) if self.clusterwide else self.namespaces
-
-        async with trio.open_nursery() as watchers:
-            watchers.start_soon(_stop_on_flag, self.stop_flag, context.stopping)
-            # The watchers start one by one: no object is handled before all are indexed.
-            starting = context.indexing.hold() if context.indices else None
-            for resource in sorted(self.served, key=str):
-                for namespace in namespaces if resource.namespaced else (None,):
-                    resource_ctx = ResourceContext(
-                        operator=context,
-                        resource=resource,
-                        namespace=namespace,
-                        memories=Memories(self.memo),
-                        worker_slots=(
-                            trio.Semaphore(settings_limit)
-                            if (settings_limit := context.settings.queueing.worker_limit)
-                            else None
-                        ),
-                    )
-                    await watchers.start(run_watcher, resource_ctx)
-                    # Only now: until its stream starts, a watcher is not alive yet.
-                    where = f"in {namespace!r}" if namespace is not None else "cluster-wide"
-                    self.watchers_health[f"{resource} {where}"] = resource_ctx.health
-            context.indexing.release(starting)
+        async with trio.open_nursery() as serving:
+            serving.start_soon(_stop_on_flag, self.stop_flag, context.stopping)
+            # The orchestrator starts every initial watcher in one synchronous step; each takes
+            # the indexing gate before its first checkpoint, so nothing runs before indexing.
+            self.orchestration = await serving.start(
+                partial(
+                    run_orchestrator,
+                    context,
+                    api=self.api,
+                    registry=self.registry,
+                    settings=context.settings,
+                    namespaces_patterns=self.namespaces,
+                    clusterwide=self.clusterwide,
+                    health=self.watchers_health,
+                )
+            )
             self.ready_flag.set()
             logger.info(f"The operator is ready: serving {len(self.served)} resource(s).")
             await context.stopping.wait()
-            # Watchers end on purpose now: not a failure for the liveness probe to report.
-            self.watchers_health.clear()
             logger.info("Stop requested; finishing the work in progress.")
+
+    @property
+    def served(self) -> frozenset[Resource]:
+        """The resources being served now (they change as CRDs come and go)."""
+        return self.orchestration.resources if self.orchestration is not None else frozenset()
 
     async def _run_activity(self, activity: Activity, execution: Execution) -> None:
         handlers = self.registry.get_activity_handlers(activity)

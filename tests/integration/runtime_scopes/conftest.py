@@ -1,0 +1,198 @@
+"""The orchestrator in the test's nursery against the fake API, on trio's mock clock.
+
+It is driven directly (not through ``Operator``): an ``OperatorContext`` is built as the
+operator builds it, and ``run_orchestrator`` is started in the test's nursery.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import trio
+from trioperator._client.api import APIClient
+from trioperator._client.credentials import ConnectionInfo, Vault
+from trioperator._client.watching import WatchHealth
+from trioperator._engine.memos import Memo
+from trioperator._engine.registry import OperatorRegistry
+from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.contexts import OperatorContext
+from trioperator._runtime.invocation import make_limiter
+from trioperator._runtime.orchestration import Orchestration, run_orchestrator
+from trioperator.testing import FakeAPI
+
+CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "kopfexamples.kopf.dev"},
+    "spec": {
+        "group": "kopf.dev",
+        "scope": "Namespaced",
+        "names": {
+            "plural": "kopfexamples",
+            "singular": "kopfexample",
+            "kind": "KopfExample",
+            "shortNames": ["kex"],
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture
+def crd() -> dict[str, Any]:
+    return copy.deepcopy(CRD)
+
+
+@pytest.fixture
+async def bare_api() -> AsyncIterator[FakeAPI]:
+    """The fake API without the example CRD.
+
+    Frequent bookmarks make the fake notice soon that a client has closed a watch (it only
+    notices when it writes), so that ``open_watches`` follows the watchers closely.
+    """
+    async with FakeAPI.serve(bookmark_interval=1.0) as api:
+        yield api
+
+
+@pytest.fixture
+def fake_api(bare_api: FakeAPI, crd: dict[str, Any]) -> FakeAPI:
+    """The fake API with the example CRD."""
+    bare_api.create_object("customresourcedefinitions", crd)
+    return bare_api
+
+
+@pytest.fixture
+def registry() -> OperatorRegistry:
+    return OperatorRegistry()
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    return OperatorSettings()
+
+
+async def wait_for(predicate: Callable[[], object], limit: float = 600) -> None:
+    """Poll ``predicate`` every 10 ms of mock time; fail after ``limit`` seconds."""
+    with trio.fail_after(limit):
+        while not predicate():  # noqa: ASYNC110 -- polling what the fake API holds
+            await trio.sleep(0.01)
+
+
+class Orchestrated:
+    """A running orchestrator, its context, and a graceful stop."""
+
+    def __init__(self, context: OperatorContext, orchestration: Orchestration) -> None:
+        self.context = context
+        self.orchestration = orchestration
+        self.finished = trio.Event()
+
+    wait_for = staticmethod(wait_for)
+
+    @property
+    def serving(self) -> set[tuple[str, str | None]]:
+        """``(plural, namespace)`` of every running watcher."""
+        return {(resource.plural, ns) for resource, ns in self.orchestration.serving}
+
+    async def stop(self) -> None:
+        self.context.stopping.set()
+        await wait_for(self.finished.is_set)
+
+
+@pytest.fixture
+async def orchestrate(
+    bare_api: FakeAPI, registry: OperatorRegistry, settings: OperatorSettings
+) -> AsyncIterator[Any]:
+    """``await orchestrate(*patterns, clusterwide=False, health=None)`` starts one."""
+    vault = Vault({"fake": ConnectionInfo(server=bare_api.url, token="fake")})
+    async with APIClient(vault, settings.networking) as api, trio.open_nursery() as nursery:
+        started: list[Orchestrated] = []
+
+        async def start(
+            *patterns: str | re.Pattern[str],
+            clusterwide: bool = False,
+            health: dict[str, WatchHealth] | None = None,
+        ) -> Orchestrated:
+            context = OperatorContext(
+                api=api,
+                registry=registry,
+                settings=settings,
+                memo=Memo(),
+                thread_limiter=make_limiter(settings.execution.max_workers),
+            )
+            context.reset_basetime()
+            finished = trio.Event()
+
+            async def main(*, task_status: trio.TaskStatus[Orchestration]) -> None:
+                try:
+                    await run_orchestrator(
+                        context,
+                        api=api,
+                        registry=registry,
+                        settings=settings,
+                        namespaces_patterns=patterns,
+                        clusterwide=clusterwide,
+                        health=health,
+                        task_status=task_status,
+                    )
+                finally:
+                    finished.set()
+
+            with trio.fail_after(60):
+                orchestration = await nursery.start(main)
+            running = Orchestrated(context, orchestration)
+            running.finished = finished
+            started.append(running)
+            return running
+
+        yield start
+        for running in started:
+            running.context.stopping.set()
+
+
+class Logs(logging.Handler):
+    """The log lines of trioperator."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def messages(self, level: int = logging.DEBUG) -> list[str]:
+        return [r.getMessage() for r in self.records if r.levelno >= level]
+
+    def count(self, fragment: str, level: int = logging.DEBUG) -> int:
+        return sum(1 for message in self.messages(level) if fragment in message)
+
+
+@pytest.fixture
+def logs() -> Iterator[Logs]:
+    handler = Logs()
+    logger = logging.getLogger("trioperator")
+    old_level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)

@@ -1,0 +1,628 @@
+"""The orchestrator: one watcher per served (resource, namespace), kept in step with the cluster.
+
+Task tree::
+
+    run_orchestrator                 owns the watchers' nursery
+    ├── observers (inner nursery; cancelled once a graceful stop begins)
+    │   ├── stop relay               context.stopping -> leave the control loop
+    │   ├── namespace observer       list + watch v1/namespaces (namespaced mode, if scanning)
+    │   ├── CRD observer             list + watch CRDs (unless settings.scanning.disabled)
+    │   ├── rescanner                CRD changes -> discovery again (debounced, re-checked)
+    │   └── the control loop (this task): any change -> start/stop watchers
+    └── run_watcher per (resource, namespace), each under its own cancel scope
+
+What is served is ``resources x namespaces``: the resources come from discovery resolved
+against the registry's selectors; the namespaces are ``None`` (the cluster-wide endpoints) with
+``clusterwide``, or else the existing namespaces that match the patterns. Cluster-scoped
+resources are always served once, cluster-wide.
+
+Dynamics, as in Kopf:
+
+- A namespace that appears and matches gets a watcher for every namespaced resource; one that is
+  deleted or Terminating has them stopped. If namespaces cannot be listed (HTTP 403), only the
+  literal names among the patterns are served, assumed to exist; globs are ignored, with a
+  warning. With ``settings.scanning.disabled``, the same literal names are served without asking.
+- Any CRD change (or a watcher whose resource answers 404) triggers a rescan of the discovery,
+  shortly after the last change; newly served resources get watchers, vanished ones are stopped.
+  The rescan is repeated a few times while the discovery does not yet show what the CRDs say
+  (the API server publishes a new group with a delay). A resource of a deleted CRD is stopped at
+  once, without waiting for the discovery.
+
+A watcher stopped alone (its namespace or resource went away) is stopped gracefully like on
+the operator's own stop: its stream ends and its workers finish what is queued within
+``settings.queueing.exit_timeout`` (with ``ResourceContext.stopping``; without it, it can only be
+cancelled). A new watcher for the same (resource, namespace) waits until its predecessor is
+gone, so one object is never processed by two workers at once. As in Kopf, a Terminating
+namespace is not served any more: objects there that still carry the operator's finalizer keep
+it (and keep the namespace Terminating) until the operator serves that namespace again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from functools import partial
+from typing import Any, Final, TypeAlias, cast
+
+import trio
+
+from trioperator._client.api import APIClient
+from trioperator._client.discovery import scan_resources
+from trioperator._client.errors import (
+    APIConnectionError,
+    APIError,
+    APIForbiddenError,
+    APINotFoundError,
+)
+from trioperator._client.resources import Resource
+from trioperator._client.watching import (
+    LISTED,
+    RawWatchEvent,
+    WatchHealth,
+    WatchItem,
+    stream_events,
+)
+from trioperator._engine.namespaces import literal_namespaces, match_namespace
+from trioperator._engine.registry import OperatorRegistry
+from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.memories import Memories
+from trioperator._runtime.watcher import run_watcher
+
+__all__ = [
+    "CRDS",
+    "NAMESPACES",
+    "Orchestration",
+    "WatcherKey",
+    "run_orchestrator",
+]
+
+logger = logging.getLogger(__name__)
+
+NAMESPACES: Final = Resource(
+    group="",
+    version="v1",
+    plural="namespaces",
+    kind="Namespace",
+    singular="namespace",
+    shortcuts=frozenset({"ns"}),
+    namespaced=False,
+    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+)
+
+CRDS: Final = Resource(
+    group="apiextensions.k8s.io",
+    version="v1",
+    plural="customresourcedefinitions",
+    kind="CustomResourceDefinition",
+    singular="customresourcedefinition",
+    shortcuts=frozenset({"crd", "crds"}),
+    namespaced=False,
+    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+)
+
+RESCAN_DELAY: Final = 0.5
+"""Seconds after a CRD change before the discovery is scanned: a burst of changes (a CRD's
+creation, then its names accepted, then established) costs one scan."""
+
+RESCAN_RETRY_DELAYS: Final = (1.0, 2.0, 4.0, 8.0, 15.0)
+"""Delays of repeated scans while the discovery lags behind the CRDs (or a scan failed)."""
+
+_NAMESPACES_OBSERVER: Final = "namespaces observer"
+_CRDS_OBSERVER: Final = "CRDs observer"
+# Names of the observers' health signals (next to the watchers', for the liveness probe).
+
+WatcherKey: TypeAlias = tuple[Resource, str | None]
+"""What one watcher serves: a resource in a namespace (``None``: cluster-wide)."""
+
+
+def _describe(key: WatcherKey) -> str:
+    resource, namespace = key
+    return f"{resource} cluster-wide" if namespace is None else f"{resource} in {namespace!r}"
+
+
+def _order(key: WatcherKey) -> tuple[str, str]:
+    return str(key[0]), key[1] or ""
+
+
+def _is_gone(event: RawWatchEvent) -> bool:
+    """Whether a namespace event means the namespace is going away (or went away)."""
+    obj = event["object"]
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    return (
+        event["type"] == "DELETED"
+        or bool(metadata.get("deletionTimestamp"))
+        or status.get("phase") == "Terminating"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _CRDInfo:
+    served: frozenset[str]
+    """The versions the CRD serves."""
+    established: bool
+    """The API server accepted the names and serves (or will soon serve) the resource."""
+
+
+def _crd_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:
+    spec = obj.get("spec") or {}
+    group = spec.get("group")
+    plural = (spec.get("names") or {}).get("plural")
+    if isinstance(group, str) and isinstance(plural, str) and group and plural:
+        return group, plural
+    return None
+
+
+def _crd_info(obj: Mapping[str, Any]) -> _CRDInfo:
+    spec = obj.get("spec") or {}
+    served = frozenset(
+        version["name"]
+        for version in spec.get("versions") or ()
+        if isinstance(version, dict) and version.get("served", True) and version.get("name")
+    )
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    established = any(
+        isinstance(condition, dict)
+        and condition.get("type") == "Established"
+        and condition.get("status") == "True"
+        for condition in conditions
+    )
+    deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+    return _CRDInfo(served=served, established=established and not deleting)
+
+
+class _Watcher:
+    """One running watcher: its context, its cancel scope, and how it ends.
+
+    It is the watcher's ``task_status`` too: ``run_watcher`` reports here when its initial
+    listing is routed, without being moved between nurseries.
+    """
+
+    def __init__(
+        self, key: WatcherKey, ctx: ResourceContext, on_started: Callable[[_Watcher], None]
+    ) -> None:
+        self.key = key
+        self.ctx = ctx
+        self._on_started = on_started
+        own = getattr(ctx, "stopping", None)
+        # Until ResourceContext has its own stop event, the only way to stop one watcher alone
+        # is to cancel it (handlers in flight are cancelled too).
+        self.stop_event: trio.Event | None = own if isinstance(own, trio.Event) else None
+        self.scope = trio.CancelScope()
+        self.stop_requested = False
+        self.settled = trio.Event()
+        """Set when the initial listing is routed, or when the watcher ended before that."""
+        self.finished = trio.Event()
+
+    def started(self, value: None = None) -> None:
+        self.settled.set()
+        self._on_started(self)
+
+    def stop(self, *, cancel_if_needed: bool = True) -> None:
+        self.stop_requested = True
+        if self.stop_event is not None:
+            self.stop_event.set()
+        elif cancel_if_needed:
+            self.scope.cancel()
+
+
+class Orchestration:
+    """What the orchestrator serves right now (``task_status.started()`` gives it to the caller).
+
+    Read-only for everyone but the orchestrator's own tasks.
+    """
+
+    def __init__(
+        self,
+        context: OperatorContext,
+        *,
+        api: APIClient,
+        registry: OperatorRegistry,
+        settings: OperatorSettings,
+        namespaces_patterns: Sequence[str | re.Pattern[str]],
+        clusterwide: bool,
+        health: MutableMapping[str, WatchHealth] | None = None,
+    ) -> None:
+        self._context = context
+        self._health: MutableMapping[str, WatchHealth] = health if health is not None else {}
+        self._api = api
+        self._registry = registry
+        self._settings = settings
+        self._patterns = tuple(namespaces_patterns)
+        self.clusterwide = clusterwide
+
+        self.resources: frozenset[Resource] = frozenset()
+        """The resources served now (discovered, selected by handlers, watchable)."""
+        self.namespaces: frozenset[str] = frozenset()
+        """The namespaces served now (always empty in the cluster-wide mode)."""
+
+        self._watchers: dict[WatcherKey, _Watcher] = {}
+        self._retiring: dict[WatcherKey, _Watcher] = {}
+        self._nursery: trio.Nursery | None = None
+        self._changed = trio.Event()
+        self._stopping = False
+        self._rescan_wanted = trio.Event()
+        self._warned: set[str] = set()
+        self._crds: dict[tuple[str, str], _CRDInfo] = {}
+        self._deleted_crds: set[tuple[str, str]] = set()
+        self._gone: set[Resource] = set()
+        self._discovered: Sequence[Resource] = ()
+
+    @property
+    def serving(self) -> frozenset[WatcherKey]:
+        """The (resource, namespace) pairs with a watcher running (and not being stopped)."""
+        return frozenset(self._watchers)
+
+    # ------------------------------------------------------------------------ the control loop
+
+    async def run(self, *, task_status: trio.TaskStatus[Orchestration]) -> None:
+        self._apply_resources(await scan_resources(self._api, logger=logger))
+        async with trio.open_nursery() as watchers:
+            self._nursery = watchers
+            try:
+                async with trio.open_nursery() as observers:
+                    observers.start_soon(self._relay_stop, name="orchestrator stop relay")
+                    if not self.clusterwide:
+                        await observers.start(self._observe_namespaces)
+                    if not self._settings.scanning.disabled:
+                        observers.start_soon(self._observe_crds, name="CRD observer")
+                        observers.start_soon(self._rescan_when_asked, name="resource rescanner")
+                    for watcher in self._reconcile():
+                        await watcher.settled.wait()
+                    task_status.started(self)
+                    while not self._stopping:
+                        await self._changed.wait()
+                        self._changed = trio.Event()
+                        if not self._stopping:
+                            self._reconcile()
+                    observers.cancel_scope.cancel()
+            finally:
+                # A graceful stop: every watcher sees the operator's stop as well; this only
+                # makes sure that none which is waiting for its predecessor starts afterwards.
+                # On an error or a cancellation, the nursery cancels them anyway.
+                self._forget_all_health()
+                for watcher in [*self._watchers.values(), *self._retiring.values()]:
+                    watcher.stop(cancel_if_needed=False)
+                self._watchers.clear()
+
+    async def _relay_stop(self) -> None:
+        await self._context.stopping.wait()
+        self._stopping = True
+        # At once, before any stream ends: everything ends on purpose now, which the liveness
+        # probe must not report as dead watchers.
+        self._forget_all_health()
+        self._changed.set()
+
+    def _forget_all_health(self) -> None:
+        for watcher in [*self._watchers.values(), *self._retiring.values()]:
+            self._forget_health(watcher)
+        for name in (_NAMESPACES_OBSERVER, _CRDS_OBSERVER):
+            self._health.pop(name, None)
+
+    def _touch(self) -> None:
+        self._changed.set()
+
+    def _desired(self) -> set[WatcherKey]:
+        keys: set[WatcherKey] = set()
+        for resource in self.resources:
+            if resource in self._gone or self._denied_by_crds(resource):
+                continue
+            if self.clusterwide or not resource.namespaced:
+                keys.add((resource, None))
+            else:
+                keys.update((resource, namespace) for namespace in self.namespaces)
+        return keys
+
+    def _reconcile(self) -> list[_Watcher]:
+        """Stop what is no longer wanted, start what is missing; return the started ones."""
+        desired = self._desired()
+        for key in sorted(self._watchers.keys() - desired, key=_order):
+            self._stop(key)
+        return [self._start(key) for key in sorted(desired - self._watchers.keys(), key=_order)]
+
+    def _start(self, key: WatcherKey) -> _Watcher:
+        assert self._nursery is not None
+        resource, namespace = key
+        limit = self._settings.queueing.worker_limit
+        ctx = ResourceContext(
+            operator=self._context,
+            resource=resource,
+            namespace=namespace,
+            memories=Memories(self._context.memo),
+            worker_slots=trio.Semaphore(limit) if limit else None,
+        )
+        watcher = _Watcher(key, ctx, self._watcher_started)
+        predecessor = self._retiring.get(key)
+        self._watchers[key] = watcher
+        logger.info(f"Serving {_describe(key)}.")
+        self._nursery.start_soon(
+            self._run_watcher, watcher, predecessor, name=f"watcher {_describe(key)}"
+        )
+        return watcher
+
+    def _stop(self, key: WatcherKey) -> None:
+        watcher = self._watchers.pop(key)
+        logger.info(f"Stopping {_describe(key)}.")
+        self._forget_health(watcher)  # it ends on purpose: not a failure to report
+        watcher.stop()
+        self._retiring[key] = watcher
+
+    def _watcher_started(self, watcher: _Watcher) -> None:
+        # Only now: until its stream has started, a watcher is not alive yet.
+        if self._watchers.get(watcher.key) is watcher and not self._stopping:
+            self._health[_describe(watcher.key)] = watcher.ctx.health
+
+    def _forget_health(self, watcher: _Watcher) -> None:
+        name = _describe(watcher.key)
+        if self._health.get(name) is watcher.ctx.health:
+            del self._health[name]
+
+    async def _run_watcher(self, watcher: _Watcher, predecessor: _Watcher | None) -> None:
+        try:
+            with watcher.scope:
+                if predecessor is not None:
+                    await predecessor.finished.wait()
+                if not watcher.stop_requested:
+                    await self._serve(watcher)
+        finally:
+            watcher.finished.set()
+            watcher.settled.set()
+            key = watcher.key
+            if self._retiring.get(key) is watcher:
+                del self._retiring[key]
+            if self._watchers.get(key) is watcher:
+                # It ended on its own (its resource is gone): forget it, so that it can start
+                # again if the next scan still shows its resource.
+                del self._watchers[key]
+                self._forget_health(watcher)
+                self._touch()
+
+    async def _serve(self, watcher: _Watcher) -> None:
+        gone = False
+        try:
+            await run_watcher(watcher.ctx, task_status=watcher)
+        except* APINotFoundError as group:
+            # The resource vanished under the watcher (its CRD was deleted, or a version is no
+            # longer served) before the discovery told us. Not a failure of the operator.
+            gone = True
+            logger.log(
+                logging.DEBUG if watcher.stop_requested else logging.WARNING,
+                f"Stopped serving {_describe(watcher.key)}: the resource is gone "
+                f"({group.exceptions[0]}).",
+            )
+        if gone and not watcher.stop_requested:
+            self._gone.add(watcher.key[0])
+            self._rescan_wanted.set()
+
+    # ------------------------------------------------------------------------ namespaces
+
+    def _set_namespaces(self, namespaces: Iterable[str]) -> None:
+        new = frozenset(namespaces)
+        if new != self.namespaces:
+            for name in sorted(new - self.namespaces):
+                logger.debug(f"Namespace {name!r} is served.")
+            for name in sorted(self.namespaces - new):
+                logger.debug(f"Namespace {name!r} is not served any more.")
+            self.namespaces = new
+            self._touch()
+
+    async def _observe_namespaces(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Keep ``namespaces`` equal to the existing namespaces that match the patterns."""
+        literal = literal_namespaces(self._patterns)
+        if self._settings.scanning.disabled:
+            self._set_namespaces(literal)
+            task_status.started()
+            return
+
+        ready = False
+        health = WatchHealth()
+        send, receive = trio.open_memory_channel[WatchItem](math.inf)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    partial(
+                        stream_events,
+                        self._api,
+                        NAMESPACES,
+                        None,
+                        settings=self._settings.watching,
+                        send=send,
+                        health=health,
+                    ),
+                    name="namespaces stream",
+                )
+                listing: set[str] = set()
+                async with receive:
+                    async for item in receive:
+                        if item is LISTED:
+                            # A (re)listing is complete and authoritative: what is not in it
+                            # does not exist any more, even if its deletion was never seen.
+                            self._set_namespaces(listing)
+                            listing = set()
+                            if not ready:
+                                ready = True
+                                self._health[_NAMESPACES_OBSERVER] = health
+                                task_status.started()
+                            continue
+                        event = cast(RawWatchEvent, item)
+                        name = (event["object"].get("metadata") or {}).get("name")
+                        if not isinstance(name, str):
+                            continue
+                        serve = not _is_gone(event) and match_namespace(name, self._patterns)
+                        if event["type"] is None:
+                            if serve:
+                                listing.add(name)
+                        elif serve:
+                            self._set_namespaces(self.namespaces | {name})
+                        else:
+                            self._set_namespaces(self.namespaces - {name})
+        except* APIForbiddenError:
+            self._health.pop(_NAMESPACES_OBSERVER, None)  # not observing: nothing to report
+            if not ready:
+                logger.warning(
+                    "Not enough permissions to list namespaces: serving only the namespaces "
+                    "given by name, assumed to exist; namespace patterns are ignored: "
+                    f"{sorted(literal)!r}"
+                )
+                self._set_namespaces(literal)
+                task_status.started()
+            else:
+                logger.warning(
+                    "Not enough permissions to watch namespaces: namespaces created or "
+                    "deleted from now on are not noticed until the operator restarts."
+                )
+
+    # ------------------------------------------------------------------------ resources
+
+    def _apply_resources(self, discovered: Sequence[Resource]) -> None:
+        served = self._registry.resolve_resources(discovered)
+        for warning in served.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                logger.warning(warning)
+        self._discovered = discovered
+        self._gone.clear()
+        if served.watched != self.resources:
+            self.resources = served.watched
+        self._touch()
+
+    def _denied_by_crds(self, resource: Resource) -> bool:
+        """Whether the CRDs seen say this resource is not served any more, whatever the
+        discovery says (it lags behind)."""
+        key = (resource.group, resource.plural)
+        if key in self._deleted_crds:
+            return True
+        crd = self._crds.get(key)
+        return crd is not None and resource.version not in crd.served
+
+    def _discovery_agrees(self, discovered: Sequence[Resource]) -> bool:
+        """Whether the discovery shows what the CRDs say: established ones served, deleted
+        ones (and versions no longer served) gone."""
+        present = {(r.group, r.version, r.plural) for r in discovered}
+        for (group, plural), crd in self._crds.items():
+            if crd.established and any(
+                (group, version, plural) not in present for version in crd.served
+            ):
+                return False
+        return not any(self._denied_by_crds(resource) for resource in discovered)
+
+    async def _observe_crds(self) -> None:
+        """Remember what the CRDs say, and ask for a rescan whenever any of them changes."""
+        send, receive = trio.open_memory_channel[WatchItem](math.inf)
+        listed = False
+        health = WatchHealth()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    partial(
+                        stream_events,
+                        self._api,
+                        CRDS,
+                        None,
+                        settings=self._settings.watching,
+                        send=send,
+                        health=health,
+                    ),
+                    name="CRDs stream",
+                )
+                listing: dict[tuple[str, str], _CRDInfo] = {}
+                async with receive:
+                    async for item in receive:
+                        if item is LISTED:
+                            self._crds = listing
+                            self._deleted_crds -= listing.keys()
+                            listing = {}
+                            # A relisting (after HTTP 410) may hide changes; and a CRD may
+                            # have changed between the initial scan and the first listing.
+                            if listed or not self._discovery_agrees(self._discovered):
+                                self._rescan_wanted.set()
+                            if not listed:
+                                self._health[_CRDS_OBSERVER] = health
+                            listed = True
+                            continue
+                        event = cast(RawWatchEvent, item)
+                        key = _crd_key(event["object"])
+                        if key is None:
+                            continue
+                        if event["type"] is None:
+                            listing[key] = _crd_info(event["object"])
+                            continue
+                        if event["type"] == "DELETED":
+                            self._crds.pop(key, None)
+                            self._deleted_crds.add(key)
+                        else:
+                            self._crds[key] = _crd_info(event["object"])
+                            self._deleted_crds.discard(key)
+                        self._touch()  # a deleted CRD (or version) stops its watchers now
+                        self._rescan_wanted.set()
+        except* (APIForbiddenError, APINotFoundError) as group:
+            self._health.pop(_CRDS_OBSERVER, None)  # not observing: nothing to report
+            logger.warning(
+                "Cannot watch CRDs: custom resources added or removed from now on are not "
+                f"noticed until the operator restarts ({group.exceptions[0]})."
+            )
+
+    async def _rescan_when_asked(self) -> None:
+        while True:
+            await self._rescan_wanted.wait()
+            await trio.sleep(RESCAN_DELAY)
+            self._rescan_wanted = trio.Event()
+            for delay in (*RESCAN_RETRY_DELAYS, None):
+                if await self._rescan():
+                    break
+                if delay is None:
+                    logger.warning(
+                        "The discovery still does not show the CRDs as they are; "
+                        "scanning again on the next CRD change."
+                    )
+                    break
+                await trio.sleep(delay)
+
+    async def _rescan(self) -> bool:
+        """Scan the discovery and serve what it shows; whether it agrees with the CRDs."""
+        try:
+            discovered = await scan_resources(self._api, logger=logger)
+        except (APIError, APIConnectionError) as exc:
+            logger.error(f"Scanning the cluster's resources failed: {exc!r}")
+            return False
+        self._apply_resources(discovered)
+        return self._discovery_agrees(discovered)
+
+
+async def run_orchestrator(
+    context: OperatorContext,
+    *,
+    api: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    namespaces_patterns: Sequence[str | re.Pattern[str]],
+    clusterwide: bool,
+    health: MutableMapping[str, WatchHealth] | None = None,
+    task_status: trio.TaskStatus[Orchestration] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve every (resource, namespace) pair that should be served, until a graceful stop.
+
+    ``task_status.started()`` reports the :class:`Orchestration` once the initial resources and
+    namespaces are known and every initial watcher has routed its initial listing. On a
+    graceful stop (``context.stopping``), the observers are cancelled, every watcher finishes
+    its queued work, and this returns. API errors other than those handled here (namespaces or
+    CRDs forbidden, a resource gone) escalate and stop the operator.
+
+    ``health`` (e.g. for the liveness probe) gets the :class:`WatchHealth` of every running
+    watcher (named like ``"pods.v1 in 'ns1'"`` or ``"pods.v1 cluster-wide"``) and of the
+    namespace and CRD observers, and loses them when they stop on purpose.
+    """
+    orchestration = Orchestration(
+        context,
+        api=api,
+        registry=registry,
+        settings=settings,
+        namespaces_patterns=namespaces_patterns,
+        clusterwide=clusterwide,
+        health=health,
+    )
+    await orchestration.run(task_status=task_status)
