@@ -143,6 +143,7 @@ class Operator:
                                 memo=self.memo,
                                 execution=execution,
                                 health=self.watchers_health,
+                                indices=context.indices,
                             )
                         )
                     await root.start(self._run_authenticator, execution)
@@ -221,6 +222,8 @@ class Operator:
                 execution=execution,
                 settings=self.settings,
                 memo=self.memo,
+                # The indices as they are: full for probes and cleanup, empty at startup.
+                indices=self.context.indices if self.context is not None else None,
             )
 
     async def _run_authenticator(
@@ -250,6 +253,7 @@ class Operator:
                     execution=execution,
                     settings=self.settings,
                     memo=self.memo,
+                    indices=self.context.indices if self.context is not None else None,
                 )
             except ActivityError as exc:
                 outcomes = {}

@@ -406,3 +406,23 @@ async def test_resources_started_earlier_wait_for_those_indexed_later(
     running = await run_operator()
     await running.wait_for(lambda: seen_by_creation)
     assert seen_by_creation == [5]
+
+
+async def test_operator_level_handlers_get_the_indices_too(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, fake_api: Any
+) -> None:
+    seen: dict[str, Any] = {}
+
+    @kopf.index("configmaps", id="names", registry=registry)
+    async def names(name: str, **_: Any) -> Any:
+        return name
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(names: Any, **_: Any) -> None:
+        seen["names"] = snapshot(names)
+
+    fake_api.create_object("configmaps", configmap("cm1", a="red"))
+    running = await run_operator()
+    running.operator.stop()
+    await running.wait_for(running.finished.is_set)
+    assert seen == {"names": {None: ["cm1"]}}
