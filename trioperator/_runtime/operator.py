@@ -4,19 +4,25 @@ Task tree (every task belongs to exactly one nursery; nothing outlives ``Operato
 
     Operator.main                         root nursery
     ├── signals                           1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
-    ├── stop watcher                      stop_flag -> graceful stop (stopping event)
+    ├── liveness (with -L)                on.probe results + the health of every watcher
     ├── authenticator                     login handlers -> credentials vault; re-login on 401
-    └── orchestrator                      namespaces & CRDs observed -> watchers started/stopped
-        └── run_watcher per (resource, namespace)
-            ├── stream_events             list + watch
-            └── run_worker per object      cause -> handlers -> one patch
+    └── posting nursery
+        ├── event poster                  queued k8s Events -> POST; drained on a graceful stop
+        └── serving nursery
+            ├── stop watcher              stop_flag -> graceful stop (the stopping event)
+            └── orchestrator              namespaces & CRDs observed -> watchers started/stopped
+                └── run_watcher per (resource, namespace)
+                    ├── stream_events     list + watch; the router indexes each event first
+                    ├── run_worker        per object: cause -> handlers -> one patch
+                    └── daemons, timers   per object, in the watcher's background nursery
 
 Start order, and why:
 1. ``on.startup`` handlers, before anything touches the cluster: they may change settings.
 2. The authenticator, awaited until the vault holds credentials: nothing can call the API
    before that.
-3. Discovery of resources, then one watcher per served (resource, namespace); each reports
-   started after its initial listing is routed. Then ``ready_flag`` is set.
+3. The event poster, so that handlers can post from their first call.
+4. The orchestrator: discovery, then one watcher per served (resource, namespace); each
+   reports started after its initial listing is routed. Then ``ready_flag`` is set.
 
 Stop order: the stop request (a signal or ``stop_flag``) sets ``stopping``: watchers end their
 streams and let workers finish what is queued within ``queueing.exit_timeout``; then the rest
