@@ -1,249 +1,32 @@
-"""Daemons, timers, indices: an operator in the test's nursery against the fake API, on trio's
-mock clock (copied from tests/integration/runtime/conftest.py, plus a few helpers)."""
+"""Daemons, timers, indices: the same harness as the runtime tests (an operator in the test's
+nursery against the fake API, on trio's mock clock), shared from there rather than copied."""
 
 from __future__ import annotations
 
-import copy
-import logging
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, NamedTuple
+from tests.integration.runtime.conftest import (
+    CRD,
+    OBJ,
+    LogLine,
+    Logs,
+    Running,
+    fake_api,
+    logs,
+    obj,
+    registry,
+    run_operator,
+    settings,
+)
 
-import pytest
-import trio
-from trioperator._client.credentials import ConnectionInfo, Vault
-from trioperator._engine.registry import OperatorRegistry
-from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.operator import Operator
-from trioperator.testing import FakeAPI
-
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "kopfexamples",
-            "singular": "kopfexample",
-            "kind": "KopfExample",
-            "shortNames": ["kex"],
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
-OBJ: dict[str, Any] = {
-    "apiVersion": "kopf.dev/v1",
-    "kind": "KopfExample",
-    "metadata": {"name": "kopf-example-1", "namespace": "default", "labels": {"a": "b"}},
-    "spec": {"field": "value", "items": ["item1", "item2"]},
-}
-
-
-@pytest.fixture
-async def fake_api() -> AsyncIterator[FakeAPI]:
-    async with FakeAPI.serve() as api:
-        api.create_object("customresourcedefinitions", copy.deepcopy(CRD))
-        yield api
-
-
-@pytest.fixture
-def obj() -> dict[str, Any]:
-    """A fresh copy of the example object's body, to create it in the fake directly."""
-    return copy.deepcopy(OBJ)
-
-
-@pytest.fixture
-def registry() -> OperatorRegistry:
-    return OperatorRegistry()
-
-
-@pytest.fixture
-def settings() -> OperatorSettings:
-    return OperatorSettings()
-
-
-class Running:
-    """A running operator and helpers to wait for what it does, without real sleeps."""
-
-    def __init__(self, operator: Operator, api: FakeAPI, nursery: trio.Nursery) -> None:
-        self.operator = operator
-        self.api = api
-        self.nursery = nursery
-        self.finished = trio.Event()
-        """Set when ``Operator.main`` has returned (or raised)."""
-
-    async def wait_for(self, predicate: Any, limit: float = 600) -> None:
-        """Poll ``predicate`` every 10 ms of mock time; fail after ``limit`` seconds."""
-        with trio.fail_after(limit):
-            while not predicate():  # noqa: ASYNC110 -- polling what the fake API holds
-                await trio.sleep(0.01)
-
-    def obj(self, name: str = "kopf-example-1", namespace: str = "default") -> dict[str, Any]:
-        return self.api.get_object("kopfexamples", name, namespace)
-
-    def exists(self, name: str = "kopf-example-1", namespace: str = "default") -> bool:
-        return self.api.has_object("kopfexamples", name, namespace)
-
-    def create(self, body: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
-        body = copy.deepcopy(body or OBJ)
-        body["metadata"].update(meta)
-        return self.api.create_object("kopfexamples", body)
-
-    def patch(
-        self, patch: dict[str, Any], name: str = "kopf-example-1", namespace: str = "default"
-    ) -> dict[str, Any]:
-        """Change the object as another client would (body and status)."""
-        return self.api.patch_object("kopfexamples", name, patch, namespace)
-
-    def delete(self, name: str = "kopf-example-1", namespace: str = "default") -> None:
-        self.api.delete_object("kopfexamples", name, namespace)
-
-    def writes(self, name: str = "kopf-example-1") -> list[tuple[str, str, Any]]:
-        """Non-GET requests to one object: ``(method, "" or "/status", body)``."""
-        result = []
-        for request in self.api.requests:
-            if request.method == "GET" or "/kopfexamples/" not in request.path:
-                continue
-            path = request.path.split("/kopfexamples/", 1)[1]
-            obj_name, _, sub = path.partition("/")
-            if obj_name == name:
-                result.append((request.method, f"/{sub}" if sub else "", request.body))
-        return result
-
-    @staticmethod
-    def tasks(prefix: str) -> list[str]:
-        """The names of the tasks alive now whose names start so (from trio's task tree)."""
-        names: list[str] = []
-        pending = [trio.lowlevel.current_root_task()]
-        while pending:
-            task = pending.pop()
-            if task is None:
-                continue
-            if task.name.startswith(prefix):
-                names.append(task.name)
-            for nursery in task.child_nurseries:
-                pending.extend(nursery.child_tasks)
-        return names
-
-    @classmethod
-    def workers(cls) -> list[str]:
-        """The names of the per-object worker tasks alive now."""
-        return cls.tasks("worker ")
-
-    @classmethod
-    def daemons(cls) -> list[str]:
-        """The names of the daemon and timer tasks alive now."""
-        return cls.tasks("daemon ") + cls.tasks("timer ")
-
-    async def stop(self) -> None:
-        """Stop gracefully and wait until ``Operator.main`` returns.
-
-        Polled, not awaited: while real I/O or a thread is in flight, an idle MockClock jumps
-        to the next deadline; polling keeps those jumps to 10 ms instead of, e.g., straight
-        to the end of the exit timeout.
-        """
-        self.operator.stop()
-        await self.wait_for(self.finished.is_set)
-
-
-@pytest.fixture
-async def run_operator(
-    fake_api: FakeAPI, registry: OperatorRegistry, settings: OperatorSettings
-) -> AsyncIterator[Any]:
-    async with trio.open_nursery() as nursery:
-        started: list[Running] = []
-
-        async def start() -> Running:
-            vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
-            operator = Operator(registry=registry, settings=settings, vault=vault)
-            running = Running(operator, fake_api, nursery)
-
-            async def main() -> None:
-                try:
-                    await operator.main()
-                finally:
-                    running.finished.set()
-
-            nursery.start_soon(main)
-            with trio.fail_after(60):
-                await operator.ready_flag.wait()
-            started.append(running)
-            return running
-
-        yield start
-        for running in started:
-            running.operator.stop()
-
-
-class LogLine(NamedTuple):
-    time: float | None
-    """trio's (mock) time when it was logged; ``None`` if logged from a thread."""
-    logger: str
-    level: int
-    message: str
-
-
-class Logs(logging.Handler):
-    """The log lines of trioperator, each with the trio time it was logged at."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.lines: list[LogLine] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            now: float | None = trio.current_time()
-        except RuntimeError:
-            now = None
-        self.lines.append(LogLine(now, record.name, record.levelno, record.getMessage()))
-
-    def messages(self, level: int = logging.DEBUG) -> list[str]:
-        return [line.message for line in self.lines if line.level >= level]
-
-    def times(self, fragment: str) -> list[float | None]:
-        """When the lines containing ``fragment`` were logged."""
-        return [line.time for line in self.lines if fragment in line.message]
-
-    def count(self, fragment: str) -> int:
-        return sum(1 for line in self.lines if fragment in line.message)
-
-    def assert_in_order(self, *fragments: str) -> None:
-        """Each fragment is in some line, each after the line of the previous one."""
-        messages = self.messages()
-        position = 0
-        for fragment in fragments:
-            for index in range(position, len(messages)):
-                if fragment in messages[index]:
-                    position = index + 1
-                    break
-            else:
-                raise AssertionError(f"{fragment!r} not found in order in:\n" + "\n".join(messages))
-
-
-@pytest.fixture
-def logs() -> Iterator[Logs]:
-    handler = Logs()
-    logger = logging.getLogger("trioperator")
-    old_level = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
+__all__ = [
+    "CRD",
+    "OBJ",
+    "LogLine",
+    "Logs",
+    "Running",
+    "fake_api",
+    "logs",
+    "obj",
+    "registry",
+    "run_operator",
+    "settings",
+]

@@ -128,19 +128,29 @@ class Running:
         return result
 
     @staticmethod
-    def workers() -> list[str]:
-        """The names of the per-object worker tasks alive now (from trio's task tree)."""
+    def tasks(prefix: str) -> list[str]:
+        """The names of the tasks alive now whose names start so (from trio's task tree)."""
         names: list[str] = []
         pending = [trio.lowlevel.current_root_task()]
         while pending:
             task = pending.pop()
             if task is None:
                 continue
-            if task.name.startswith("worker "):
+            if task.name.startswith(prefix):
                 names.append(task.name)
             for nursery in task.child_nurseries:
                 pending.extend(nursery.child_tasks)
         return names
+
+    @classmethod
+    def workers(cls) -> list[str]:
+        """The names of the per-object worker tasks alive now."""
+        return cls.tasks("worker ")
+
+    @classmethod
+    def daemons(cls) -> list[str]:
+        """The names of the daemon and timer tasks alive now."""
+        return cls.tasks("daemon ") + cls.tasks("timer ")
 
     async def stop(self) -> None:
         """Stop gracefully and wait until ``Operator.main`` returns.

@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 import trio
+
+# The example CRD, the same as the runtime tests use.
+from tests.integration.runtime.conftest import CRD
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.watching import WatchHealth
@@ -24,36 +27,6 @@ from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.invocation import make_limiter
 from trioperator._runtime.orchestration import Orchestration, run_orchestrator
 from trioperator.testing import FakeAPI
-
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "kopfexamples",
-            "singular": "kopfexample",
-            "kind": "KopfExample",
-            "shortNames": ["kex"],
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 
 
 @pytest.fixture
