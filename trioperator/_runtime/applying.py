@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 from trioperator._client.api import APIClient
 from trioperator._client.errors import APINotFoundError, APIUnprocessableEntityError
 from trioperator._client.resources import Resource
 from trioperator._engine.bodies import RawBody
-from trioperator._engine.patches import Patch, PatchFn, build_json_patch, split_json_patch_status
+from trioperator._engine.patches import (
+    Patch,
+    PatchFn,
+    build_json_patch,
+    split_json_patch_status,
+    split_status,
+)
 
 
 @dataclass
@@ -37,14 +42,6 @@ class PatchResult:
     """The object disappeared (404) while we were patching it."""
 
 
-def _split_status(patch: Patch, resource: Resource) -> tuple[dict[str, Any], dict[str, Any]]:
-    body_patch = dict(patch)
-    if "status" in resource.subresources and "status" in body_patch:
-        status = body_patch.pop("status")
-        return body_patch, {"status": status}
-    return body_patch, {}
-
-
 async def apply_patch(
     api: APIClient,
     *,
@@ -61,7 +58,10 @@ async def apply_patch(
     namespace = metadata.get("namespace")
     name = metadata["name"]
     freshest = body
-    body_patch, status_patch = _split_status(patch, resource)
+    if "status" in resource.subresources:
+        body_patch, status_patch = split_status(patch)
+    else:
+        body_patch, status_patch = dict(patch), {}
     try:
         if body_patch:
             logger.debug(f"Patching with: {body_patch!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 OBJECTS_LOGGER_NAME = "trioperator.objects"
@@ -16,7 +16,7 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     the object without parsing the message.
     """
 
-    def __init__(self, body: MapLike, *, logger: logging.Logger | None = None) -> None:
+    def __init__(self, body: Mapping[str, Any], *, logger: logging.Logger | None = None) -> None:
         metadata = body.get("metadata") or {}
         namespace = metadata.get("namespace")
         name = metadata.get("name")
@@ -38,6 +38,3 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         extra.setdefault("k8s_prefix", self.prefix)
         kwargs["extra"] = extra
         return f"{self.prefix} {msg}", kwargs
-
-
-MapLike = Any

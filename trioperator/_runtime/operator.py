@@ -53,7 +53,7 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
-from trioperator._runtime.invocation import make_limiter
+from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
 from trioperator._runtime.orchestration import Orchestration, run_orchestrator
 from trioperator._runtime.posting import install_poster, open_poster_channel, run_poster
 from trioperator._runtime.probing import serve_liveness
@@ -132,7 +132,9 @@ class Operator:
         with install_poster(send_events, settings=settings):
             await self._run_activity(Activity.STARTUP, execution)
             # Startup handlers may have changed the settings (e.g. max_workers).
-            context.thread_limiter.total_tokens = settings.execution.max_workers or 40
+            context.thread_limiter.total_tokens = (
+                settings.execution.max_workers or DEFAULT_THREAD_LIMIT
+            )
             execution.default_backoff = settings.execution.default_backoff
 
             try:
