@@ -6,8 +6,12 @@ Everything above this module sees a small, library-independent interface:
 an HTTP response come out as :class:`~trioperator._client.errors.APIConnectionError` (or
 :class:`~trioperator._client.errors.APITimeoutError`); no type of the HTTP library leaks out.
 
-"httpx" in this project means the httpx API, served by the httpx2 fork (DESIGN.md §7 measured
-it clearly faster under trio). Swapping the implementation touches this file only.
+Two implementations sit behind it. The default is the lean HTTP/1.1 client of
+:mod:`~trioperator._client.h11_transport` (trio streams + h11): for the small JSON requests of an
+operator it costs less than half the CPU of the general-purpose library (issue #6,
+``benchmarks/bench_http.py``). The httpx API (served by the httpx2 fork, DESIGN.md §7) remains
+for what the lean client does not do: proxies, and ``trust_env`` (proxy and CA settings taken
+from the environment). Only this module imports httpx2.
 
 Timeouts: the library enforces only the connect timeout (it knows when a TCP/TLS handshake is
 happening); the total deadline of a regular request is a trio cancel scope, so it follows the
@@ -25,13 +29,15 @@ import os
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx2 as httpx
 import trio
 
 from trioperator._client.credentials import ConnectionInfo
 from trioperator._client.errors import APIConnectionError, APITimeoutError
+from trioperator._client.h11_transport import Origin, TransportPool
 from trioperator._version import __version__
 from trioperator._wire.watch import LineSplitter
 
@@ -58,18 +64,21 @@ so letting hundreds of workers' requests queue inside it costs quadratic CPU in 
 (benchmarks/: ~60% of the operator's CPU). A trio semaphore in front keeps that queue short
 and is O(1) per request; the connection pool then matches it, so connections are reused."""
 
+_KEEPALIVE_EXPIRY = 30.0
+_STREAM_KEEPALIVE = 10
+
 _REQUEST_LIMITS = httpx.Limits(
     max_connections=MAX_CONCURRENT_REQUESTS,
     max_keepalive_connections=MAX_CONCURRENT_REQUESTS,
-    keepalive_expiry=30.0,
+    keepalive_expiry=_KEEPALIVE_EXPIRY,
 )
 # Watch streams hold their connection for minutes. They get their own, unbounded pool: in a
 # shared bounded pool, the 101st watcher (or every patch behind 100 watchers) would wait for a
 # free connection forever -- the silent "operator stopped reacting" failure.
 _STREAM_LIMITS = httpx.Limits(
     max_connections=None,
-    max_keepalive_connections=10,
-    keepalive_expiry=30.0,
+    max_keepalive_connections=_STREAM_KEEPALIVE,
+    keepalive_expiry=_KEEPALIVE_EXPIRY,
 )
 
 Params = Mapping[str, str] | None
@@ -90,22 +99,34 @@ class HTTPResponse:
         return f"HTTPResponse({self.status}, {len(self.body)} bytes)"
 
 
+class _Body(Protocol):
+    """A response body being received, whichever client receives it."""
+
+    async def receive_some(self) -> bytes | None:
+        """The next bytes, or None at the end. Errors come out as APIConnectionError."""
+        ...
+
+    async def read(self) -> bytes:
+        """All the remaining bytes."""
+        ...
+
+    async def unwind(self) -> None:
+        """Stop receiving: the body is abandoned before its end."""
+        ...
+
+
 class HTTPStream:
     """A response whose body is being streamed; valid only inside :meth:`HTTPSession.stream`."""
 
-    def __init__(self, response: httpx.Response, what: str) -> None:
-        self._response = response
-        self._what = what
+    def __init__(self, status: int, headers: Mapping[str, str], body: _Body) -> None:
+        self._body = body
         self._lines: _LineIterator | None = None
-        self.status: int = response.status_code
-        self.headers: Mapping[str, str] = dict(response.headers.items())
+        self.status = status
+        self.headers = headers
 
     async def read(self) -> bytes:
         """Read the whole (remaining) body: used for error responses, which are small."""
-        try:
-            return await self._response.aread()
-        except httpx.RequestError as exc:
-            raise _connection_error(exc, self._what) from exc
+        return await self._body.read()
 
     def lines(self) -> AsyncIterator[bytes]:
         """The body split on ``\\n``: complete lines of any length, blank lines skipped.
@@ -114,7 +135,7 @@ class HTTPStream:
         connection breaks, :class:`APIConnectionError` is raised and the partial line is lost.
         """
         if self._lines is None:
-            self._lines = _LineIterator(self._response.aiter_bytes(), self._what)
+            self._lines = _LineIterator(self._body)
         return self._lines
 
     async def _close(self) -> None:
@@ -124,17 +145,16 @@ class HTTPStream:
 
 
 class _LineIterator:
-    """An async iterator of lines over the library's byte chunks.
+    """An async iterator of lines over a body's byte chunks.
 
     A plain class, not an async generator: an abandoned generator would be finalised later by
     the garbage collector, outside of the task and the cancel scopes that own the stream.
     """
 
-    __slots__ = ("_chunks", "_done", "_splitter", "_what")
+    __slots__ = ("_body", "_done", "_splitter")
 
-    def __init__(self, chunks: AsyncIterator[bytes], what: str) -> None:
-        self._chunks = chunks
-        self._what = what
+    def __init__(self, body: _Body) -> None:
+        self._body = body
         self._splitter = LineSplitter()
         self._done = False
 
@@ -147,16 +167,48 @@ class _LineIterator:
             if self._done:
                 raise StopAsyncIteration
             try:
-                chunk = await anext(self._chunks)
-            except StopAsyncIteration:
+                chunk = await self._body.receive_some()
+            except APIConnectionError:
+                self._done = True
+                raise
+            if chunk is None:
                 self._done = True
                 splitter.finish()
-                continue
-            except httpx.RequestError as exc:
-                self._done = True
-                raise _connection_error(exc, self._what) from exc
-            splitter.feed(chunk)
+            else:
+                splitter.feed(chunk)
         return line
+
+    async def unwind(self) -> None:
+        if not self._done:
+            self._done = True
+            await self._body.unwind()
+
+
+class _HttpxBody:
+    """The body of an httpx response, as a :class:`_Body`."""
+
+    __slots__ = ("_chunks", "_response", "_what")
+
+    def __init__(self, response: httpx.Response, what: str) -> None:
+        self._response = response
+        self._what = what
+        self._chunks: AsyncIterator[bytes] | None = None
+
+    async def read(self) -> bytes:
+        try:
+            return await self._response.aread()
+        except httpx.RequestError as exc:
+            raise _connection_error(exc, self._what) from exc
+
+    async def receive_some(self) -> bytes | None:
+        if self._chunks is None:
+            self._chunks = self._response.aiter_bytes()
+        try:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            return None
+        except httpx.RequestError as exc:
+            raise _connection_error(exc, self._what) from exc
 
     async def unwind(self) -> None:
         """Finish the library's byte iterator, when the body is abandoned before its end.
@@ -167,14 +219,14 @@ class _LineIterator:
         raise ``Cancelled``, which finishes every generator of the chain, here and now. Only
         data that is already buffered is consumed on the way.
         """
-        if self._done:
+        chunks = self._chunks
+        if chunks is None:
             return
-        self._done = True
         with trio.CancelScope() as scope:
             scope.cancel()
             try:
                 while True:
-                    await anext(self._chunks)
+                    await anext(chunks)
             except (StopAsyncIteration, httpx.RequestError):
                 pass
 
@@ -184,6 +236,13 @@ def _connection_error(exc: Exception, what: str) -> APIConnectionError:
     if isinstance(exc, httpx.TimeoutException):
         return APITimeoutError(f"{what}: {type(exc).__name__}: {text}")
     return APIConnectionError(f"{what}: {type(exc).__name__}: {text}")
+
+
+def _target(path: str, params: Params) -> str:
+    """The path and the query of a request."""
+    if params:
+        return f"{path}?{httpx.QueryParams(dict(params))}"
+    return path
 
 
 @contextlib.contextmanager
@@ -241,6 +300,25 @@ def _auth_header(info: ConnectionInfo) -> str | None:
     return None
 
 
+def _lean_origin(url: str, info: ConnectionInfo, verify: ssl.SSLContext) -> Origin | None:
+    """Where the lean client connects, or None if this server needs the HTTP library."""
+    if info.proxy_url:
+        return None  # the lean client does not speak to proxies (CONNECT, SOCKS).
+    try:
+        parts = urlsplit(url)
+        return Origin(
+            parts.scheme,
+            parts.hostname or "",
+            parts.port,
+            prefix=parts.path,
+            ssl_context=verify if parts.scheme == "https" else None,
+            server_name=info.tls_server_name,
+        )
+    except ValueError:
+        # An odd URL: the HTTP library reports it (or copes with it) as it always did.
+        return None
+
+
 class HTTPSession:
     """Everything needed to talk to one API server with one set of credentials.
 
@@ -270,8 +348,29 @@ class HTTPSession:
             verify = build_ssl_context(info)
         else:
             verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self._requests = self._make_client(verify, headers, _REQUEST_LIMITS, trust_env)
-        self._streams = self._make_client(verify, headers, _STREAM_LIMITS, trust_env)
+        # The lean client unless the environment may configure proxies or CAs (trust_env),
+        # which only the HTTP library knows how to read.
+        origin = None if trust_env else _lean_origin(self.base_url, info, verify)
+        self._lean: tuple[TransportPool, TransportPool] | None = None
+        self._requests: httpx.AsyncClient | None = None
+        self._streams: httpx.AsyncClient | None = None
+        if origin is not None:
+            self._lean = (
+                TransportPool(
+                    origin, max_idle=MAX_CONCURRENT_REQUESTS, keepalive_expiry=_KEEPALIVE_EXPIRY
+                ),
+                TransportPool(
+                    origin, max_idle=_STREAM_KEEPALIVE, keepalive_expiry=_KEEPALIVE_EXPIRY
+                ),
+            )
+            # Compressed responses, as the HTTP library asks for: the API server gzips large
+            # lists only (>128 KiB), where the bytes saved are worth the CPU.
+            headers["Accept-Encoding"] = "gzip"
+        else:
+            self._requests = self._make_client(verify, headers, _REQUEST_LIMITS, trust_env)
+            self._streams = self._make_client(verify, headers, _STREAM_LIMITS, trust_env)
+        self._headers = headers
+        self._header_names = {name.lower() for name in headers}
         self._slots = trio.Semaphore(MAX_CONCURRENT_REQUESTS)
         self._active = 0
         self._retired = False
@@ -297,10 +396,17 @@ class HTTPSession:
 
     def url(self, path: str, params: Params = None) -> str:
         """The full URL of a request, for logs and error messages."""
-        url = self.base_url + path
-        if params:
-            url += "?" + str(httpx.QueryParams(dict(params)))
-        return url
+        return self.base_url + _target(path, params)
+
+    def _merged_headers(self, headers: Headers) -> Mapping[str, str]:
+        """The session's headers with the request's own, which win (names are case-insensitive)."""
+        if not headers:
+            return self._headers
+        merged = self._headers
+        if any(name.lower() in self._header_names for name in headers):
+            overridden = {name.lower() for name in headers}
+            merged = {k: v for k, v in merged.items() if k.lower() not in overridden}
+        return {**merged, **headers}
 
     async def request(
         self,
@@ -317,11 +423,23 @@ class HTTPSession:
 
         ``timeout`` bounds everything (connecting, sending, waiting, reading) by trio's clock.
         """
-        what = f"{method} {self.url(path, params)}"
+        target = _target(path, params)
+        what = f"{method} {self.base_url}{target}"
         self._enter(what)
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
                 async with self._slots:
+                    if self._lean is not None:
+                        status, response_headers, body = await self._lean[0].request(
+                            method,
+                            target,
+                            what,
+                            headers=self._merged_headers(headers),
+                            content=content,
+                            connect_timeout=connect_timeout,
+                        )
+                        return HTTPResponse(status, response_headers, body)
+                    assert self._requests is not None
                     try:
                         response = await self._requests.request(
                             method,
@@ -358,9 +476,27 @@ class HTTPSession:
 
         There is no total or read timeout here: the caller wraps this in its own cancel scopes.
         """
-        what = f"{method} {self.url(path, params)}"
+        target = _target(path, params)
+        what = f"{method} {self.base_url}{target}"
         self._enter(what)
         try:
+            if self._lean is not None:
+                async with self._lean[1].stream(
+                    method,
+                    target,
+                    what,
+                    headers=self._merged_headers(headers),
+                    connect_timeout=connect_timeout,
+                ) as lean:
+                    # An abandoned body needs no unwinding here: leaving this block closes the
+                    # connection unless the body was read to its end.
+                    stream = HTTPStream(lean.status, lean.headers, lean)
+                    try:
+                        yield stream
+                    finally:
+                        await stream._close()
+                return
+            assert self._streams is not None
             async with self._streams.stream(
                 method,
                 path,
@@ -369,7 +505,11 @@ class HTTPSession:
                 timeout=httpx.Timeout(None, connect=connect_timeout),
                 extensions=self._extensions,
             ) as response:
-                stream = HTTPStream(response, what)
+                stream = HTTPStream(
+                    response.status_code,
+                    dict(response.headers.items()),
+                    _HttpxBody(response, what),
+                )
                 try:
                     yield stream
                 finally:
@@ -404,6 +544,12 @@ class HTTPSession:
             return
         self._closed = True
         # Closing sockets must not be skipped because the caller is being cancelled.
+        if self._lean is not None:
+            for pool in self._lean:
+                pool.aclose()
+            return
+        assert self._requests is not None
+        assert self._streams is not None
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await self._requests.aclose()
             await self._streams.aclose()

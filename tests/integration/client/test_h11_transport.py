@@ -1,0 +1,363 @@
+"""The lean HTTP/1.1 transport behind HTTPSession, against raw trio servers on loopback.
+
+Each server here speaks bytes, not HTTP objects: it reads a request head (and body) and writes
+whatever the test scripts, so the tests can cut connections at exact points, send chunked or
+broken responses, and count the TCP connections the client opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import pytest
+import trio
+from trio.testing import MockClock
+from trioperator._client.credentials import ConnectionInfo
+from trioperator._client.errors import APIConnectionError, APITimeoutError
+from trioperator._client.http import HTTPSession
+
+# A handler gets the connection's number and a request reader; it answers and returns True to
+# keep the connection for the next request, or False to close it.
+Reader = Callable[[], Awaitable[bytes | None]]
+Handler = Callable[[int, trio.SocketStream, Reader], Awaitable[bool]]
+
+
+class RawServer:
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.port = 0
+        self.connections = 0
+        self.requests: list[bytes] = []  # request heads (and bodies), in arrival order
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        number = self.connections
+        buffer = bytearray()
+
+        async def read_request() -> bytes | None:
+            while b"\r\n\r\n" not in buffer:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return None
+                buffer.extend(data)
+            end = buffer.index(b"\r\n\r\n") + 4
+            head = bytes(buffer[:end])
+            length = 0
+            for line in head.lower().split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            while len(buffer) < end + length:
+                buffer.extend(await stream.receive_some(65536))
+            request = bytes(buffer[: end + length])
+            del buffer[: end + length]
+            self.requests.append(request)
+            return request
+
+        # A client that hangs up mid-answer (as tests of cancellation do) ends this connection
+        # only; an exception out of here would stop the whole server.
+        with contextlib.suppress(trio.BrokenResourceError):
+            async with stream:
+                while await self.handler(number, stream, read_request):
+                    pass
+
+
+async def start_raw(nursery: trio.Nursery, handler: Handler) -> RawServer:
+    server = RawServer(handler)
+    listeners = await nursery.start(partial(trio.serve_tcp, server.serve, 0, host="127.0.0.1"))
+    server.port = listeners[0].socket.getsockname()[1]
+    return server
+
+
+def ok(body: bytes, *extra: bytes) -> bytes:
+    head = [b"HTTP/1.1 200 OK", b"Content-Length: %d" % len(body), *extra]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+async def answer_ok(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+    if await read() is None:
+        return False
+    await stream.send_all(ok(b'{"connection": %d}' % number))
+    return True
+
+
+def session(server: RawServer) -> HTTPSession:
+    return HTTPSession(ConnectionInfo(server=server.url))
+
+
+async def test_keep_alive_reuses_one_connection(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    server = await start_raw(nursery, answer_ok)
+    http = session(server)
+    try:
+        bodies = [(await http.request("GET", f"/r{i}")).body for i in range(5)]
+    finally:
+        await http.aclose()
+    assert bodies == [b'{"connection": 1}'] * 5
+    assert server.connections == 1
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/r0", b"/r1", b"/r2", b"/r3", b"/r4"]
+
+
+async def test_request_head_and_body_as_sent(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    server = await start_raw(nursery, answer_ok)
+    info = ConnectionInfo(server=server.url + "/prefix", token="secret")
+    http = HTTPSession(info)
+    try:
+        response = await http.request(
+            "PATCH",
+            "/apis/x",
+            params={"fieldManager": "me"},
+            content=b'{"a": 1}',
+            headers={"content-type": "application/merge-patch+json", "accept": "text/plain"},
+        )
+    finally:
+        await http.aclose()
+    assert response.status == 200
+    head, body = server.requests[0].split(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "PATCH /prefix/apis/x?fieldManager=me HTTP/1.1"
+    fields = {name.lower(): value for name, value in (line.split(": ", 1) for line in lines[1:])}
+    assert fields["host"] == f"127.0.0.1:{server.port}"
+    assert fields["authorization"] == "Bearer secret"
+    assert fields["content-type"] == "application/merge-patch+json"
+    assert fields["accept"] == "text/plain"  # the request's own header wins, and only it is sent
+    assert sum(1 for line in lines if line.lower().startswith("accept:")) == 1
+    assert fields["content-length"] == "8"
+    assert body == b'{"a": 1}'
+
+
+async def test_kept_alive_connection_closed_by_the_server_is_replaced(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    async def one_per_connection(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        await read()
+        await stream.send_all(ok(b"%d" % number))
+        return False  # keep-alive was promised, but the server closes right after
+
+    server = await start_raw(nursery, one_per_connection)
+    http = session(server)
+    try:
+        first = await http.request("POST", "/a", content=b"1")
+        await trio.sleep(0.1)  # the server's close arrives while the connection is idle
+        second = await http.request("POST", "/b", content=b"2")
+    finally:
+        await http.aclose()
+    assert (first.body, second.body) == (b"1", b"2")
+    # Each request reached the server exactly once: the stale connection was dropped unused.
+    assert [r.split(b" ")[1] for r in server.requests] == [b"/a", b"/b"]
+    assert server.connections == 2
+
+
+async def test_a_sent_request_is_not_repeated_when_the_server_closes(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    async def read_and_close(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        await read()
+        return False
+
+    server = await start_raw(nursery, read_and_close)
+    http = session(server)
+    try:
+        with pytest.raises(APIConnectionError, match=r"^POST http://127\.0\.0\.1:\d+/x: .*closed"):
+            await http.request("POST", "/x", content=b"{}")
+    finally:
+        await http.aclose()
+    assert len(server.requests) == 1
+
+
+async def test_cancelled_mid_response_the_connection_is_not_reused(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    async def slow_first(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        if number == 1:
+            # Half of the body, then silence: the rest would confuse the next request.
+            await stream.send_all(ok(b"0123456789")[:-5])
+            await trio.sleep(10)
+            await stream.send_all(b"56789")
+        else:
+            await stream.send_all(ok(b"fresh"))
+        return True
+
+    server = await start_raw(nursery, slow_first)
+    http = session(server)
+    try:
+        with pytest.raises(APITimeoutError, match=r"^GET http://127\.0\.0\.1:\d+/slow: "):
+            await http.request("GET", "/slow", timeout=1)
+        response = await http.request("GET", "/next")
+    finally:
+        await http.aclose()
+    assert response.body == b"fresh"
+    assert server.connections == 2
+
+
+async def test_chunked_and_compressed_bodies(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    payload = b'{"items": [' + b",".join(b'"item-%d"' % i for i in range(2000)) + b"]}"
+    packed = gzip.compress(payload)
+
+    async def chunked(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        body = packed if b" /gzip " in request else payload
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+        if body is packed:
+            head += b"Content-Encoding: gzip\r\n"
+        await stream.send_all(head + b"\r\n")
+        for start in range(0, len(body), 1000):
+            piece = body[start : start + 1000]
+            await stream.send_all(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await trio.sleep(0.01)
+        await stream.send_all(b"0\r\n\r\n")
+        return True
+
+    server = await start_raw(nursery, chunked)
+    http = session(server)
+    try:
+        plain = await http.request("GET", "/plain")
+        unpacked = await http.request("GET", "/gzip")
+    finally:
+        await http.aclose()
+    assert plain.body == payload
+    assert unpacked.body == payload
+    assert unpacked.headers["content-encoding"] == "gzip"
+    assert server.connections == 1  # chunked bodies read to their end keep the connection
+
+
+@pytest.mark.parametrize(
+    ("response", "error"),
+    [
+        (b"HTTP/1.1 OK\r\n\r\n", "malformed HTTP response"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: nine\r\n\r\n", "malformed HTTP response"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort", "ended prematurely"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed HTTP"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc",
+            "compressed",
+        ),
+        (b"", "without sending a response"),
+    ],
+)
+async def test_malformed_responses_are_clear_connection_errors(
+    autojump_clock: MockClock, nursery: trio.Nursery, response: bytes, error: str
+) -> None:
+    async def broken(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        await read()
+        await stream.send_all(response)
+        return False
+
+    server = await start_raw(nursery, broken)
+    http = session(server)
+    try:
+        with pytest.raises(APIConnectionError, match=rf"^GET http://127\.0\.0\.1:\d+/x: .*{error}"):
+            await http.request("GET", "/x")
+    finally:
+        await http.aclose()
+
+
+async def test_bytes_after_a_response_are_not_read_as_the_next_response(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    async def chatty(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        await stream.send_all(
+            ok(b"%d" % number) + b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\njunk"
+        )
+        return True
+
+    server = await start_raw(nursery, chatty)
+    http = session(server)
+    try:
+        bodies = [(await http.request("GET", "/")).body for _ in range(2)]
+    finally:
+        await http.aclose()
+    assert bodies == [b"1", b"2"]
+
+
+async def test_streams_reuse_only_connections_read_to_their_end(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    async def watch(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(3):
+            line = b'{"n": %d, "conn": %d}\n' % (i, number)
+            await stream.send_all(b"%x\r\n%s\r\n" % (len(line), line))
+        if b"endless" in request:
+            await trio.sleep_forever()
+        await stream.send_all(b"0\r\n\r\n")
+        return True
+
+    server = await start_raw(nursery, watch)
+    http = session(server)
+    try:
+        async with http.stream("GET", "/complete") as response:
+            complete = [line async for line in response.lines()]
+        async with http.stream("GET", "/again") as response:
+            again = [line async for line in response.lines()]
+        async with http.stream("GET", "/endless") as response:
+            async for line in response.lines():
+                abandoned = line
+                break
+        async with http.stream("GET", "/after") as response:
+            after = [line async for line in response.lines()]
+    finally:
+        await http.aclose()
+    assert complete == [b'{"n": 0, "conn": 1}', b'{"n": 1, "conn": 1}', b'{"n": 2, "conn": 1}']
+    assert again[0] == b'{"n": 0, "conn": 1}'  # reused: the body was read to its end
+    assert abandoned == b'{"n": 0, "conn": 1}'
+    assert after[0] == b'{"n": 0, "conn": 2}'  # a fresh connection: the old one was half-read
+    assert server.connections == 2
+
+
+async def test_refused_connection_names_the_url(autojump_clock: MockClock) -> None:
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    http = HTTPSession(ConnectionInfo(server=f"http://127.0.0.1:{port}"))
+    try:
+        with pytest.raises(APIConnectionError, match=rf"^GET http://127\.0\.0\.1:{port}/x: cannot"):
+            await http.request("GET", "/x")
+    finally:
+        await http.aclose()
+
+
+async def test_a_proxy_is_served_by_the_http_library_path(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    # The lean client does not speak to proxies; with a proxy URL, the session keeps working
+    # through the HTTP library, which sends the absolute URL of the API server to the proxy.
+    proxy = await start_raw(nursery, answer_ok)
+    info = ConnectionInfo(server="http://kube.invalid:1234", proxy_url=proxy.url, token="t")
+    http = HTTPSession(info)
+    try:
+        response = await http.request("GET", "/api", params={"watch": "1"})
+    finally:
+        await http.aclose()
+    assert response.body == b'{"connection": 1}'
+    head = server_head(proxy.requests[0])
+    assert head[0] == "GET http://kube.invalid:1234/api?watch=1 HTTP/1.1"
+    assert "authorization: Bearer t" in head
+
+
+def server_head(request: bytes) -> list[str]:
+    lines = request.split(b"\r\n\r\n")[0].decode().split("\r\n")
+    return [
+        lines[0],
+        *(line.split(": ", 1)[0].lower() + ": " + line.split(": ", 1)[1] for line in lines[1:]),
+    ]

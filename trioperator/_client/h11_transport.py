@@ -1,0 +1,422 @@
+"""A lean HTTP/1.1 client on trio streams and h11: the transport behind :class:`HTTPSession`.
+
+Why not the general-purpose HTTP library: under trio it spent ~4.5 ms of CPU for two small
+requests (pool bookkeeping, layers of async generators, TLS wrappers), more than the operator's
+own logic. This module does only what talking to one API server needs: one origin, keep-alive
+connections in a LIFO list, requests with a fully known body, responses read whole or streamed.
+``benchmarks/bench_http.py`` measures both.
+
+Design rules (each one a lesson of the library it replaces):
+
+- A connection goes back to the pool only after a complete request/response cycle. Anything
+  else (an error, a cancellation, a body abandoned half-read) closes it: the next request
+  must never read the leftovers of a previous one.
+- A kept-alive connection that the server has closed (or that is readable at all while idle,
+  which for HTTP/1.1 can only mean EOF or a TLS close alert) is dropped *before* the request
+  is written to it, and another one is taken. A request that was written is never repeated
+  here: it may have reached the server; retrying is the API client's decision.
+- Failures without an HTTP response come out as ``APIConnectionError`` or ``APITimeoutError``
+  whose message starts with the request (method and URL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import ssl
+import zlib
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Final
+
+import h11
+import trio
+
+from trioperator._client.errors import APIConnectionError, APITimeoutError
+
+__all__ = ["Origin", "TransportPool", "TransportResponse"]
+
+_READ_SIZE: Final = 65536
+_NO_TIMEOUT: Final = float("inf")
+
+
+class Origin:
+    """Where the connections go: scheme, host, port, TLS settings and a path prefix.
+
+    ``server_name`` is the TLS name to send (SNI) and to verify; by default the host.
+    """
+
+    __slots__ = ("host", "host_header", "port", "prefix", "server_name", "ssl_context", "tls")
+
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int | None,
+        *,
+        prefix: str = "",
+        ssl_context: ssl.SSLContext | None = None,
+        server_name: str | None = None,
+    ) -> None:
+        if scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {scheme!r}: only http and https")
+        if not host:
+            raise ValueError("the server URL has no host")
+        self.tls = scheme == "https"
+        if self.tls and ssl_context is None:
+            raise ValueError("an https origin needs a TLS context")
+        self.ssl_context = ssl_context
+        self.host = host
+        default_port = 443 if self.tls else 80
+        self.port = default_port if port is None else port
+        bracketed = f"[{host}]" if ":" in host else host
+        self.host_header = bracketed if self.port == default_port else f"{bracketed}:{self.port}"
+        self.server_name = server_name or host
+        self.prefix = prefix.rstrip("/")
+
+
+class TransportResponse:
+    """A response whose head is read; its body is read by :meth:`read` or :meth:`receive_some`."""
+
+    __slots__ = ("_conn", "_decoder", "_pool", "headers", "status")
+
+    def __init__(
+        self, pool: TransportPool, conn: _Connection, status: int, headers: dict[str, str]
+    ) -> None:
+        self._pool = pool
+        self._conn: _Connection | None = conn
+        self.status = status
+        self.headers = headers
+        self._decoder = _decoder_for(headers.get("content-encoding"))
+
+    async def read(self) -> bytes:
+        """The whole (remaining) body."""
+        parts: list[bytes] = []
+        while (chunk := await self.receive_some()) is not None:
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def receive_some(self) -> bytes | None:
+        """The next bytes of the body (decompressed if the server compressed it); None at its end.
+
+        A method, not an async generator: an abandoned generator would be finalised later by the
+        garbage collector, outside of the task and the cancel scopes that own the connection.
+        Never returns an empty chunk before the end.
+        """
+        conn = self._conn
+        if conn is None:
+            return None
+        decoder = self._decoder
+        while True:
+            event = await conn.next_event()
+            if type(event) is h11.Data:
+                data = bytes(event.data)
+                if decoder is not None:
+                    data = _decompress(decoder, data, conn)
+                if data:
+                    return data
+            elif type(event) is h11.EndOfMessage:
+                self._conn = None
+                tail = decoder.flush() if decoder is not None else b""
+                self._pool._release(conn)
+                return tail or None
+            else:  # ConnectionClosed before the end, or anything unexpected.
+                self._conn = None
+                raise conn.error(f"the body ended prematurely ({type(event).__name__})")
+
+    async def unwind(self) -> None:
+        """Abandon the rest of the body: the connection is closed, never reused half-read."""
+        self._discard()
+
+    def _discard(self) -> None:
+        """Close the connection unless the body was read to its end (and the connection reused)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+def _decompress(decoder: zlib._Decompress, data: bytes, conn: _Connection) -> bytes:
+    try:
+        return decoder.decompress(data)
+    except zlib.error as exc:
+        raise conn.error(f"malformed compressed body: {exc}") from exc
+
+
+def _decoder_for(encoding: str | None) -> zlib._Decompress | None:
+    if not encoding or encoding == "identity":
+        return None
+    if encoding == "gzip":
+        return zlib.decompressobj(zlib.MAX_WBITS | 16)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    # We only ever ask for gzip; anything else is passed through as the server sent it.
+    return None
+
+
+class _Connection:
+    """One HTTP/1.1 connection: a trio stream and its h11 state machine."""
+
+    __slots__ = ("eof", "h11", "idle_since", "stream", "what")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0
+        self.eof = False  # the server closed its side
+        self.what = ""  # the request in flight, for error messages
+
+    def error(self, text: str) -> APIConnectionError:
+        self.close()
+        return APIConnectionError(f"{self.what}: {text}")
+
+    async def next_event(self) -> object:
+        conn = self.h11
+        while True:
+            state = conn.their_state  # h11 moves to ERROR on errors: which phase failed?
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                if state is h11.SEND_RESPONSE and self.eof:
+                    text = "the server closed the connection without sending a response"
+                elif state is h11.SEND_BODY and self.eof:
+                    text = "the server closed the connection: the body ended prematurely"
+                else:
+                    text = f"malformed HTTP response: {exc}"
+                raise self.error(text) from exc
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self.stream.receive_some(_READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise self.error(_describe(exc)) from exc
+            self.eof = not data
+            conn.receive_data(data)  # type: ignore[arg-type]  # bytearray works as well
+
+    async def send(self, data: bytes) -> None:
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise self.error(_describe(exc)) from exc
+
+    def stale(self) -> bool:
+        """Whether the idle connection may not be used: the server closed it, or said something.
+
+        An idle HTTP/1.1 connection has nothing to read, ever; readable means EOF, a TLS alert
+        or garbage, all the same: not reusable. One ``poll`` with no wait, no read.
+        """
+        stream = self.stream
+        if isinstance(stream, trio.SSLStream):
+            stream = stream.transport_stream
+        if not isinstance(stream, trio.SocketStream):
+            return True
+        try:
+            fd = stream.socket.fileno()
+        except OSError:
+            return True
+        if fd < 0:
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
+        return bool(poller.poll(0))
+
+    def close(self) -> None:
+        """Close now, without waiting for anything (no TLS close_notify: the peer does not care)."""
+        with contextlib.suppress(Exception):
+            _close_quietly(self.stream)
+
+
+def _close_quietly(stream: trio.abc.Stream) -> None:
+    if isinstance(stream, trio.SSLStream):
+        stream = stream.transport_stream
+    if isinstance(stream, trio.SocketStream):
+        stream.socket.close()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = str(exc) or "the connection was closed"
+    return f"{type(exc).__name__}: {text}"
+
+
+class TransportPool:
+    """Keep-alive connections to one origin.
+
+    ``max_idle`` bounds the connections kept for reuse; how many are in use at once is the
+    caller's business (``HTTPSession`` puts a semaphore in front of regular requests; watch
+    streams are deliberately unbounded). Idle connections older than ``keepalive_expiry``
+    seconds are closed instead of reused: servers close idle connections on their own timers.
+    """
+
+    def __init__(self, origin: Origin, *, max_idle: int, keepalive_expiry: float = 30.0) -> None:
+        self.origin = origin
+        self.max_idle = max_idle
+        self.keepalive_expiry = keepalive_expiry
+        self._idle: list[_Connection] = []
+        self._closed = False
+
+    @property
+    def idle_connections(self) -> int:
+        return len(self._idle)
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        what: str,
+        *,
+        headers: Mapping[str, str],
+        content: bytes | None = None,
+        connect_timeout: float | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Send a request and read its whole response: status, headers, body."""
+        response = await self._send(method, target, what, headers, content, connect_timeout)
+        try:
+            body = await response.read()
+        finally:
+            response._discard()
+        return response.status, response.headers, body
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        target: str,
+        what: str,
+        *,
+        headers: Mapping[str, str],
+        connect_timeout: float | None = None,
+    ) -> AsyncIterator[TransportResponse]:
+        """Send a request and give its response with the body unread.
+
+        The connection is reused only if the body was read to its end inside the block.
+        """
+        response = await self._send(method, target, what, headers, None, connect_timeout)
+        try:
+            yield response
+        finally:
+            response._discard()
+
+    async def _send(
+        self,
+        method: str,
+        target: str,
+        what: str,
+        headers: Mapping[str, str],
+        content: bytes | None,
+        connect_timeout: float | None,
+    ) -> TransportResponse:
+        if self._closed:
+            raise APIConnectionError(f"{what}: the connection pool is closed")
+        conn = self._take()
+        if conn is None:
+            conn = await self._connect(what, connect_timeout)
+        conn.what = what
+        try:
+            request_headers = [("Host", self.origin.host_header), *headers.items()]
+            if content is not None:
+                request_headers.append(("Content-Length", str(len(content))))
+            h = conn.h11
+            try:
+                request = h11.Request(
+                    method=method, target=self.origin.prefix + target, headers=request_headers
+                )
+                data = h.send(request) or b""
+                if content:
+                    data += h.send(h11.Data(data=content)) or b""
+                data += h.send(h11.EndOfMessage()) or b""
+            except h11.LocalProtocolError as exc:
+                raise APIConnectionError(f"{what}: cannot send the request: {exc}") from exc
+            # One write: the whole request in one TCP segment (or TLS record) when it fits.
+            await conn.send(data)
+            while True:
+                event = await conn.next_event()
+                if type(event) is h11.Response:
+                    head = event
+                    break
+                if type(event) is h11.InformationalResponse:
+                    continue  # 100 Continue & co: the real answer follows.
+                raise conn.error(
+                    "the server closed the connection without sending a response"
+                    if type(event) is h11.ConnectionClosed
+                    else f"unexpected {type(event).__name__} instead of a response"
+                )
+        except BaseException:
+            # Errors, timeouts and cancellations alike: a half-used connection is never reused.
+            conn.close()
+            raise
+        return TransportResponse(self, conn, head.status_code, _headers(head.headers))
+
+    def _take(self) -> _Connection | None:
+        idle = self._idle
+        if not idle:
+            return None
+        deadline = trio.current_time() - self.keepalive_expiry
+        while idle:
+            conn = idle.pop()  # the most recently used: the least likely to be timed out
+            if conn.idle_since >= deadline and not conn.stale():
+                return conn
+            conn.close()
+        return None
+
+    def _release(self, conn: _Connection) -> None:
+        h = conn.h11
+        if (
+            self._closed
+            or len(self._idle) >= self.max_idle
+            or h.our_state is not h11.DONE
+            or h.their_state is not h11.DONE
+            # Bytes after the response: the server is confused; they must not become the start
+            # of the next response.
+            or h.trailing_data[0]
+        ):
+            conn.close()
+            return
+        h.start_next_cycle()
+        conn.idle_since = trio.current_time()
+        conn.what = ""
+        self._idle.append(conn)
+
+    async def _connect(self, what: str, connect_timeout: float | None) -> _Connection:
+        origin = self.origin
+        stream: trio.abc.Stream | None = None
+        with trio.move_on_after(_NO_TIMEOUT if connect_timeout is None else connect_timeout):
+            try:
+                tcp = await trio.open_tcp_stream(origin.host, origin.port)
+                stream = tcp
+                if origin.tls:
+                    assert origin.ssl_context is not None
+                    tls = trio.SSLStream(
+                        tcp,
+                        origin.ssl_context,
+                        server_hostname=origin.server_name,
+                        https_compatible=True,
+                    )
+                    stream = tls
+                    await tls.do_handshake()
+            except BaseException as exc:
+                if stream is not None:
+                    _close_quietly(stream)
+                if isinstance(exc, (OSError, trio.BrokenResourceError, ssl.SSLError)):
+                    raise APIConnectionError(f"{what}: cannot connect: {_describe(exc)}") from exc
+                raise
+            return _Connection(stream)
+        if stream is not None:
+            _close_quietly(stream)
+        raise APITimeoutError(f"{what}: cannot connect: no connection in {connect_timeout} seconds")
+
+    def aclose(self) -> None:
+        """Close the idle connections; those in use close when their request ends."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    # h11 gives lower-cased names. Repeated headers are joined, as HTTP allows for lists.
+    headers: dict[str, str] = {}
+    for name, value in raw:
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
