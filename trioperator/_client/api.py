@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sized
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
@@ -194,10 +194,10 @@ class APIClient:
         headers = None
         if content is not None:
             headers = {"Content-Type": content_type or JSON}
-        retries = _RetryState(self.settings, logger or self.logger)
+        # Formed on the first failure only: most requests succeed at once.
+        retries: _RetryState | None = None
         while True:
             key, info, session = await self._session()
-            what = f"{method} {session.url(path, params)}"
             try:
                 response = await session.request(
                     method,
@@ -214,7 +214,9 @@ class APIClient:
             except APIUnauthorizedError as exc:
                 await self._unauthorized(key, info, exc)
             except (APIError, APIConnectionError) as exc:
-                await retries.failed(exc, what)
+                if retries is None:
+                    retries = _RetryState(self.settings, logger or self.logger)
+                await retries.failed(exc, f"{method} {session.url(path, params)}")
 
     async def request(
         self,
@@ -311,11 +313,49 @@ class APIClient:
         token expires midway (HTTP 410), the listing starts over. Items get ``apiVersion`` and
         ``kind`` filled in, since Kubernetes omits them inside lists.
         """
+        items: list[dict[str, Any]] = []
+
+        async def collect(page: list[dict[str, Any]], restarted: bool) -> None:
+            if restarted:
+                items.clear()
+            items.extend(page)
+
+        version = await self.list_pages(
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            logger=logger,
+            on_page=collect,
+        )
+        return items, version
+
+    async def list_pages(
+        self,
+        resource: Resource,
+        *,
+        on_page: Callable[[list[dict[str, Any]], bool], Awaitable[None]],
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        logger: Logger | None = None,
+    ) -> str:
+        """List a collection page by page, handing each page to ``on_page`` as it arrives.
+
+        Returns the listing's ``resourceVersion``. Unlike :meth:`list_objs`, the pages are not
+        accumulated: a caller that consumes them one at a time never holds more than one page
+        of decoded objects (a listing of many objects is otherwise the largest allocation of an
+        operator's life). ``on_page(items, restarted)`` gets ``restarted=True`` with the first
+        page after a ``continue`` token expired midway (HTTP 410) and the listing started over:
+        the pages given before are superseded by the new listing.
+        """
         path = resource.get_url(namespace=namespace)
         log = logger or self.logger
         restarts = 0
+        restarted = False
         while True:
-            items: list[dict[str, Any]] = []
             version = ""
             token: str | None = None
             try:
@@ -339,17 +379,22 @@ class APIClient:
                     kind = list_kind[:-4] if list_kind.endswith("List") else resource.kind
                     kind = kind or resource.kind
                     api_version = page.get("apiVersion") or resource.api_version
-                    for item in page.get("items") or ():
+                    items: list[dict[str, Any]] = page.get("items") or []
+                    for item in items:
                         item.setdefault("apiVersion", api_version)
                         item.setdefault("kind", kind)
-                        items.append(item)
                     token = meta.get("continue") or None
+                    del page
+                    await on_page(items, restarted)
+                    restarted = False
+                    del items
                     if token is None:
-                        return items, version
+                        return version
             except APIGoneError:
                 if token is None or restarts >= _LIST_RESTARTS:
                     raise
                 restarts += 1
+                restarted = True
                 log.warning(f"The listing of {resource} expired midway; listing it again.")
 
     async def create(

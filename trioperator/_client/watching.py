@@ -151,9 +151,10 @@ async def stream_events(
 ) -> NoReturn:
     """List and watch ``resource`` in ``namespace`` (``None``: cluster-wide) forever.
 
-    ``task_status.started()`` is called once the first listing has been fetched, before its
-    objects are sent: the caller can thus ``await nursery.start(...)`` and only then begin
-    receiving, whatever the channel's buffer size. The objects, :data:`LISTED` and the events
+    ``task_status.started()`` is called once the first page of the first listing has been
+    fetched, before its objects are sent (the listing is passed on page by page): the caller
+    can thus ``await nursery.start(...)`` and only then begin receiving, whatever the
+    channel's buffer size. The objects, :data:`LISTED` and the events
     follow on the channel in order.
 
     Escalates: :class:`WatchingError` (an ``ERROR`` event other than 410) and API errors that
@@ -170,17 +171,35 @@ async def stream_events(
         while True:
             try:
                 if version is None:
-                    items, version = await api.list_objs(
-                        resource, namespace=namespace, limit=LIST_PAGE_SIZE, logger=logger
+
+                    async def forward(items: list[dict[str, Any]], restarted: bool) -> None:
+                        # Each page goes on as it comes, not the whole listing at once: the
+                        # peak memory of a listing of many objects is then one page of
+                        # decoded objects plus what the consumer still holds, and it is the
+                        # peak that sizes the heap for the rest of the process's life.
+                        # After a restarted listing (``restarted``), the objects of the
+                        # expired one were sent already; the new one supersedes them.
+                        nonlocal started
+                        health.touch()
+                        if not started:
+                            task_status.started()
+                            started = True
+                        for obj in items:
+                            await send.send({"type": None, "object": obj})
+                        items.clear()
+
+                    version = await api.list_pages(
+                        resource,
+                        namespace=namespace,
+                        limit=LIST_PAGE_SIZE,
+                        logger=logger,
+                        on_page=forward,
                     )
                     health.listings += 1
                     health.touch()
                     if not started:
                         task_status.started()
                         started = True
-                    for obj in items:
-                        await send.send({"type": None, "object": obj})
-                    del items
                     await send.send(LISTED)
                 version = await _watch_once(
                     api, resource, namespace, version, settings, send, health, log, what
@@ -250,14 +269,20 @@ async def _watch_once(
                     obj = event.object
                     kind = event.type
                     if kind in _FORWARDED:
-                        # A slow consumer is not a silent server: no inactivity while sending.
-                        # If a timeout cancels the send, nothing was sent and the version
-                        # stays put, so the event comes again after the reconnection.
-                        silence.deadline = math.inf
-                        await send.send({"type": cast(EventType, kind), "object": obj})
+                        item: RawWatchEvent = {"type": cast(EventType, kind), "object": obj}
+                        try:
+                            # The buffer is rarely full: then the line costs no trip through
+                            # the scheduler and no moving of the inactivity deadline.
+                            send.send_nowait(item)
+                        except trio.WouldBlock:
+                            # A slow consumer is not a silent server: no inactivity while
+                            # sending. If a timeout cancels the send, nothing was sent and the
+                            # version stays put, so the event comes again after reconnecting.
+                            silence.deadline = math.inf
+                            await send.send(item)
+                            if inactivity is not None:
+                                silence.deadline = trio.current_time() + inactivity
                         version = _version_of(obj) or version
-                        if inactivity is not None:
-                            silence.deadline = trio.current_time() + inactivity
                     elif kind == "BOOKMARK":
                         version = _version_of(obj) or version
                     elif kind == "ERROR":

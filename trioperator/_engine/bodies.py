@@ -40,12 +40,14 @@ class MappingView(Mapping[str, Any]):
         self._path = path
 
     def _resolve(self) -> Mapping[str, Any]:
+        # Called on every key lookup: plain dicts (what JSON decodes to) skip the costlier
+        # check against the Mapping ABC.
         value: Any = self._holder.raw
         for key in self._path:
-            if not isinstance(value, Mapping):
+            if type(value) is not dict and not isinstance(value, Mapping):
                 return {}
             value = value.get(key)
-        return value if isinstance(value, Mapping) else {}
+        return value if type(value) is dict or isinstance(value, Mapping) else {}
 
     def __getitem__(self, key: str) -> Any:
         return self._resolve()[key]

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import warnings
 from collections.abc import Collection, Iterable, Mapping, MutableMapping
 from typing import Any, TypeAlias
 
-from trioperator._engine.bodies import Body
+from trioperator._engine.bodies import Body, MappingView
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -48,6 +49,7 @@ __all__ = [
     "StorageStanzaCleaner",
     "check_prefix",
     "cherrypick_fields",
+    "copy_json",
     "detect_kopf_prefixes",
     "ensure_field",
     "has_field",
@@ -91,6 +93,8 @@ FieldSpec: TypeAlias = str | tuple[str, ...] | list[str] | None
 
 def parse_field(field: FieldSpec) -> FieldPath:
     """Turn any accepted field notation into a tuple of keys."""
+    if type(field) is tuple:  # the storages' own fields: the common case, nothing to convert
+        return field
     if field is None:
         return ()
     if isinstance(field, str):
@@ -109,9 +113,10 @@ def resolve_field(src: Mapping[str, Any] | None, field: FieldSpec, default: Any 
 
     Without a default, an absent key raises ``KeyError``, a non-dict parent ``TypeError``.
     """
-    value: Any = src
+    # A body view is read through to its dict once, instead of resolving its path per key.
+    value: Any = src._resolve() if isinstance(src, MappingView) else src
     for key in parse_field(field):
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):
             if default is _ABSENT:
                 raise TypeError(f"Cannot look up {key!r} in a non-mapping: {value!r}")
             return default
@@ -190,6 +195,27 @@ def purge_field(
         remove_field(patch, field)
 
 
+_IMMUTABLE_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars), as ``copy.deepcopy`` makes it.
+
+    Several times cheaper than ``copy.deepcopy`` for what bodies are made of: no memo, no
+    dispatch per value. Anything else (dict subclasses, tuples, user objects) is handed to
+    ``copy.deepcopy``. Shared sub-objects become separate copies, which is what JSON decoded
+    from the wire never has anyway.
+    """
+    cls = type(value)
+    if cls is dict:
+        return {key: copy_json(item) for key, item in value.items()}
+    if cls is list:
+        return [copy_json(item) for item in value]
+    if cls in _IMMUTABLE_SCALARS:
+        return value
+    return copy.deepcopy(value)
+
+
 def cherrypick_fields(
     src: Mapping[str, Any], dst: MutableMapping[str, Any], fields: Iterable[FieldSpec] | None
 ) -> None:
@@ -199,7 +225,7 @@ def cherrypick_fields(
             value = resolve_field(src, field)
         except (KeyError, TypeError):
             continue  # absent in the source: nothing to restore
-        ensure_field(dst, field, copy.deepcopy(value))
+        ensure_field(dst, field, copy_json(value))
 
 
 # ------------------------------------------------------------------ key forming
@@ -260,14 +286,19 @@ def make_keys(
     prefix: str | None, key: str, *, v1: bool = True, body: Mapping[str, Any] | None = None
 ) -> list[str]:
     """All annotation keys of one record: V2 first, then V1 if enabled and different."""
-    marked = mark_key(key, body=body)
+    return list(_make_keys(prefix, mark_key(key, body=body), v1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _make_keys(prefix: str | None, marked: str, v1: bool) -> tuple[str, ...]:
+    # The same few keys are formed for every object in every cycle (hashing long ids, too):
+    # they depend on nothing but these arguments, so they are formed once.
     v2 = make_v2_key(prefix, marked)
-    keys = [v2]
     if v1:
         v1_key = make_v1_key(prefix, marked)
         if v1_key != v2:
-            keys.append(v1_key)
-    return keys
+            return (v2, v1_key)
+    return (v2,)
 
 
 def check_prefix(prefix: str | None) -> None:

@@ -23,7 +23,6 @@ follows from the steps above and matches Kopf's.
 from __future__ import annotations
 
 import abc
-import copy
 import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeAlias
@@ -38,6 +37,7 @@ from trioperator._engine.conventions import (
     StorageKeyMarkingConvention,
     StorageStanzaCleaner,
     cherrypick_fields,
+    copy_json,
     parse_field,
     remove_field,
     resolve_field,
@@ -89,9 +89,11 @@ class DiffBaseStorage(StorageKeyMarkingConvention, StorageStanzaCleaner, abc.ABC
 
     def build(self, *, body: Body, extra_fields: Iterable[FieldSpec] | None = None) -> BodyEssence:
         """The essence of the object: only the fields whose changes matter (see the module)."""
-        essence: BodyEssence = copy.deepcopy(dict(body))
-        for key in _DROPPED_TOP_LEVEL:
-            essence.pop(key, None)
+        # Only what stays is copied (status and metadata can be the bulk of a body); the key
+        # order is the body's, as if everything were copied and the dropped keys popped.
+        essence: BodyEssence = {
+            key: copy_json(value) for key, value in body.items() if key not in _DROPPED_TOP_LEVEL
+        }
 
         cherrypick_fields(body, essence, _IMPLICIT_METADATA)
         metadata = essence.get("metadata")

@@ -21,7 +21,6 @@ but never written any more. The formats match Kopf's byte for byte.
 from __future__ import annotations
 
 import abc
-import copy
 import json
 from collections.abc import Collection, Mapping
 from typing import Any, TypedDict, cast
@@ -34,6 +33,7 @@ from trioperator._engine.conventions import (
     StorageKeyFormingConvention,
     StorageKeyMarkingConvention,
     StorageStanzaCleaner,
+    copy_json,
     ensure_field,
     has_field,
     parse_field,
@@ -102,7 +102,7 @@ class ProgressStorage(StorageStanzaCleaner, abc.ABC):
 
     def clear(self, *, essence: BodyEssence) -> BodyEssence:
         """A copy of the essence without this storage's own fields (so they are not a change)."""
-        return copy.deepcopy(essence)
+        return cast(BodyEssence, copy_json(essence))
 
     def flush(self) -> None:
         pass
@@ -165,13 +165,17 @@ class AnnotationsProgressStorage(
 
     def clear(self, *, essence: BodyEssence) -> BodyEssence:
         essence = super().clear(essence=essence)
+        self._strip(essence)
+        return essence
+
+    def _strip(self, essence: BodyEssence) -> None:
+        """Remove this storage's own fields from an essence that is already a private copy."""
         metadata = essence.get("metadata")
         annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
         if isinstance(annotations, Mapping):
             ours = {name for name in annotations if name.startswith(f"{self.prefix}/")}
             self.remove_annotations(essence, ours)
         self.remove_empty_stanzas(essence)
-        return essence
 
 
 def _format_field(field: FieldSpec, name: str) -> FieldPath:
@@ -241,12 +245,16 @@ class StatusProgressStorage(ProgressStorage):
 
     def clear(self, *, essence: BodyEssence) -> BodyEssence:
         essence = super().clear(essence=essence)
+        self._strip(essence)
+        return essence
+
+    def _strip(self, essence: BodyEssence) -> None:
+        """Remove this storage's own fields from an essence that is already a private copy."""
         try:
             remove_field(essence, self.field)
         except TypeError:
             pass  # a non-dict on the way: nothing of ours is there
         self.remove_empty_stanzas(essence)
-        return essence
 
 
 class MultiProgressStorage(ProgressStorage):
@@ -279,13 +287,24 @@ class MultiProgressStorage(ProgressStorage):
             storage.touch(body=body, patch=patch, value=value)
 
     def clear(self, *, essence: BodyEssence) -> BodyEssence:
+        # One copy for all: this module's storages strip their fields from it in place (each
+        # of their clear() would copy the essence again). Other storages, e.g. users' own
+        # or with an overridden clear(), are asked through clear() as usual.
+        result = cast(BodyEssence, copy_json(essence))
         for storage in self.storages:
-            essence = storage.clear(essence=essence)
-        return essence
+            if type(storage).clear in _STRIPPING_CLEARS:
+                cast(_Stripping, storage)._strip(result)
+            else:
+                result = storage.clear(essence=result)
+        return result
 
     def flush(self) -> None:
         for storage in self.storages:
             storage.flush()
+
+
+_Stripping = AnnotationsProgressStorage | StatusProgressStorage
+_STRIPPING_CLEARS = frozenset({AnnotationsProgressStorage.clear, StatusProgressStorage.clear})
 
 
 class _ReadOnlyStatusProgressStorage(StatusProgressStorage):

@@ -62,12 +62,16 @@ async def apply_patch(
         body_patch, status_patch = split_status(patch)
     else:
         body_patch, status_patch = dict(patch), {}
+    # The patches' reprs are built only when they are shown (they cost as much as the JSON).
+    debug = logger.isEnabledFor(logging.DEBUG)
     try:
         if body_patch:
-            logger.debug(f"Patching with: {body_patch!r}")
+            if debug:
+                logger.debug(f"Patching with: {body_patch!r}")
             freshest = await api.patch(resource, namespace=namespace, name=name, payload=body_patch)
         if status_patch:
-            logger.debug(f"Patching the status with: {status_patch!r}")
+            if debug:
+                logger.debug(f"Patching the status with: {status_patch!r}")
             freshest = await api.patch(
                 resource, namespace=namespace, name=name, payload=status_patch, subresource="status"
             )
@@ -79,7 +83,8 @@ async def apply_patch(
             )
             try:
                 if main_ops:
-                    logger.debug(f"Patching with JSON-patch: {main_ops!r}")
+                    if debug:
+                        logger.debug(f"Patching with JSON-patch: {main_ops!r}")
                     freshest = await api.patch(
                         resource, namespace=namespace, name=name, payload=main_ops, json_patch=True
                     )
@@ -88,7 +93,8 @@ async def apply_patch(
                         # The first part changed the version: guard against later changes only.
                         new_rv = (freshest.get("metadata") or {}).get("resourceVersion")
                         status_ops[0] = {**status_ops[0], "value": new_rv}
-                    logger.debug(f"Patching the status with JSON-patch: {status_ops!r}")
+                    if debug:
+                        logger.debug(f"Patching the status with JSON-patch: {status_ops!r}")
                     freshest = await api.patch(
                         resource,
                         namespace=namespace,

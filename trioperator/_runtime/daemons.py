@@ -187,9 +187,14 @@ class Daemon:
         return self.finished.is_set() or self.abandoned
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class DaemonsMemory:
-    """What an object's daemons and timers share, for as long as the object is known."""
+    """What an object's daemons and timers share, for as long as the object is known.
+
+    Every known object has one, daemons or not, so it is slotted and its events are made only
+    when something waits on them or sets them: with many objects, two idle ``trio.Event``s
+    each were a large share of what the operator keeps per object.
+    """
 
     live_body: Body | None = None
     """The newest state of the object; every daemon's ``body`` kwarg views it (never stale)."""
@@ -197,24 +202,38 @@ class DaemonsMemory:
     """A digest of the last seen essence, to tell essential changes (see ``_essence_digest``)."""
     idle_reset_time: float = 0.0
     """trio time of the last essential change (first sight counts): idle timers count from it."""
-    idle_reset: trio.Event = dataclasses.field(default_factory=trio.Event)
-    """Set (and replaced) on every essential change: wakes up idle-only timers."""
     forever_stopped: set[HandlerId] = dataclasses.field(default_factory=set)
     """Daemons that ended on their own: not spawned again in this process."""
     running: dict[HandlerId, Daemon] = dataclasses.field(default_factory=dict)
     """Daemons with a task, including those being stopped (they are not respawned meanwhile)."""
-    changed: trio.Event = dataclasses.field(default_factory=trio.Event)
-    """Set when a daemon ends or is abandoned: wakes up the worker waiting to release the object.
-    The worker replaces it (``rearm``) before it looks at the daemons."""
+    _idle_reset: trio.Event | None = None
+    _changed: trio.Event | None = None
+
+    @property
+    def idle_reset(self) -> trio.Event:
+        """Set (and replaced) on every essential change: wakes up idle-only timers."""
+        if self._idle_reset is None:
+            self._idle_reset = trio.Event()
+        return self._idle_reset
+
+    @property
+    def changed(self) -> trio.Event:
+        """Set when a daemon ends or is abandoned: wakes up the worker waiting to release the
+        object. The worker replaces it (``rearm``) before it looks at the daemons."""
+        if self._changed is None:
+            self._changed = trio.Event()
+        return self._changed
 
     def rearm(self) -> trio.Event:
-        self.changed = trio.Event()
-        return self.changed
+        self._changed = trio.Event()
+        return self._changed
 
     def reset_idle(self, now: float) -> None:
         self.idle_reset_time = now
-        self.idle_reset.set()
-        self.idle_reset = trio.Event()
+        if self._idle_reset is not None:
+            # Only those who took the event wait on it; the next one is made when needed.
+            self._idle_reset.set()
+            self._idle_reset = None
 
     @property
     def stopping(self) -> list[Daemon]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 OBJECTS_LOGGER_NAME = "trioperator.objects"
+_OBJECTS_LOGGER = logging.getLogger(OBJECTS_LOGGER_NAME)  # one lookup (and lock), not per object
 
 
 class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
@@ -28,7 +29,7 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
             "uid": metadata.get("uid"),
             "namespace": namespace,
         }
-        super().__init__(logger or logging.getLogger(OBJECTS_LOGGER_NAME), {"k8s_ref": self.ref})
+        super().__init__(logger or _OBJECTS_LOGGER, {"k8s_ref": self.ref})
 
     def process(
         self, msg: Any, kwargs: MutableMapping[str, Any]

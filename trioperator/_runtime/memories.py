@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from trioperator._engine.patches import PatchFn
@@ -16,8 +16,12 @@ from trioperator._engine.progression import State
 from trioperator._runtime.daemons import DaemonsMemory
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class ObjectMemory:
+    """Slotted, and with shared empty defaults where a field is rarely set: there is one per
+    known object for the object's whole life, so its size multiplies by the number of objects.
+    """
+
     memo: Any
     """The per-object memo: a shallow copy of the operator's memo, made on first sight."""
 
@@ -27,7 +31,7 @@ class ObjectMemory:
     fully_handled_once: bool = False
     """All changing handlers of some cause finished in this process (ends resume handling)."""
 
-    pending_fns: list[PatchFn] = dataclasses.field(default_factory=list)
+    pending_fns: Sequence[PatchFn] = ()
     """Transformation functions rejected with 422, carried to the next cycle."""
 
     expected_version: str | None = None

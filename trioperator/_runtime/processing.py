@@ -331,6 +331,9 @@ async def _process_changing_cause(
 def _log_progress(
     logger: Logger, title: str, body: Body, diff: Diff, *, old: Any, new: Any
 ) -> None:
+    # The whole body's repr is the costliest string of a cycle: not built unless it is shown.
+    if not logger.isEnabledFor(logging.DEBUG):
+        return
     logger.debug(f"{title.capitalize()} is in progress: {dict(body.raw)!r}")
     if diff and old is not None and new is not None:
         logger.debug(f"{title.capitalize()} diff: {diff!r}")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import trio
 
-from trioperator._engine.bodies import RawEvent
+from trioperator._engine.bodies import RawBody, RawEvent
 from trioperator._engine.causes import is_deletion_ongoing
 from trioperator._engine.patches import Patch
 from trioperator._runtime.contexts import ResourceContext
@@ -119,12 +119,25 @@ async def _serve(
     pending: list[RawEvent] = []  # received, not yet seen by the on.event handlers
     latest: RawEvent | None = None  # the newest state, not yet seen by the change handling
     last: RawEvent | None = None  # the newest state the change handling has seen
+    body: RawBody | None = None  # the object of ``last``, for the touch after a delay
+    events: list[RawEvent] = []  # the batch being seen by the on.event handlers
     carried = Patch()  # what the on.event handlers produced, to apply in the next cycle
+    # One logger for the worker's life: a worker serves one uid, so the object's reference
+    # (name, namespace, uid, kind) in every line stays the same from event to event.
+    objlogger: ObjectLogger | None = None
     open_ = True
     while True:
         if latest is None and not pending:
             if not open_:
                 return
+            # Idle: nothing of the object is needed any more unless it is being deleted (its
+            # last state is seen again when a daemon that holds it ends). Dropping the rest now
+            # frees the bodies of a listing of many objects as they are handled, rather than
+            # keeping each one alive for ``idle_timeout`` in its waiting worker.
+            events = []
+            body = None
+            if last is not None and not is_deletion_ongoing(last["object"]):
+                last = None
             # While daemons hold the object being deleted, their end must lead to a new cycle
             # (which releases the object): stay, and be woken up by it.
             holding = (
@@ -158,7 +171,8 @@ async def _serve(
             latest = pending[-1]
             events = list(pending)
             pending.clear()
-            objlogger = ObjectLogger(latest["object"])
+            if objlogger is None:
+                objlogger = ObjectLogger(latest["object"])
             try:
                 await process_events(ctx, events, memory, carried)
                 # Daemons and timers follow the newest state at once, consistent or not.
@@ -172,7 +186,8 @@ async def _serve(
                 continue
 
         assert latest is not None
-        objlogger = ObjectLogger(latest["object"])
+        if objlogger is None:
+            objlogger = ObjectLogger(latest["object"])
 
         # Consistency: our own last patch must come back on the stream before change handlers
         # look at the object, or they would act on a state older than what they wrote. A new

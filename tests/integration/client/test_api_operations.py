@@ -134,6 +134,28 @@ async def test_list_restarts_when_the_continue_token_expires(
     assert any("expired midway" in r.getMessage() for r in caplog.records)
 
 
+async def test_list_pages_hands_each_page_on_before_fetching_the_next(
+    autojump_clock: MockClock, api: APIClient, server
+) -> None:
+    server.script(
+        server.json(page([kex("a"), kex("b")], rv="100", token="t1")),
+        server.status(410, "The provided continue parameter is too old", reason="Expired"),
+        server.json(page([kex("a")], rv="200", token="t9")),
+        server.json(page([kex("c")], rv="200")),
+    )
+    seen: list[tuple[list[str], bool, int]] = []
+
+    async def on_page(items: list[dict[str, object]], restarted: bool) -> None:
+        names = [item["metadata"]["name"] for item in items]  # type: ignore[index]
+        # How many requests the server has had when the page is handed on: one per page so far.
+        seen.append((names, restarted, len(server.requests)))
+        assert all(item["kind"] == "KopfExample" for item in items)
+
+    rv = await api.list_pages(KEX, namespace="ns1", limit=2, on_page=on_page)
+    assert rv == "200"
+    assert seen == [(["a", "b"], False, 1), (["a"], True, 3), (["c"], False, 4)]
+
+
 async def test_list_gone_at_the_first_page_escalates(
     autojump_clock: MockClock, api: APIClient, server
 ) -> None:

@@ -19,6 +19,7 @@ from trioperator._engine.conventions import (
     StorageKeyMarkingConvention,
     StorageStanzaCleaner,
     cherrypick_fields,
+    copy_json,
     detect_kopf_prefixes,
     ensure_field,
     has_field,
@@ -381,6 +382,38 @@ def test_remove_field_through_a_non_dict_fails() -> None:
         remove_field({"a": "str"}, "a.b")
     with pytest.raises(ValueError, match="root"):
         remove_field({}, None)
+
+
+def test_copy_json_is_equal_and_shares_nothing_mutable() -> None:
+    src: dict[str, Any] = {"a": {"b": [1, {"c": "d"}], "e": None}, "f": 1.5, "g": True}
+    dst = copy_json(src)
+    assert dst == src
+    dst["a"]["b"][1]["c"] = "changed"
+    dst["a"]["b"].append(2)
+    dst["a"]["new"] = 1
+    assert src == {"a": {"b": [1, {"c": "d"}], "e": None}, "f": 1.5, "g": True}
+
+
+def test_copy_json_deep_copies_what_is_not_json_as_deepcopy_would() -> None:
+    class Box:
+        def __init__(self, items: list[int]) -> None:
+            self.items = items
+
+    box = Box([1])
+    src: dict[str, Any] = {"t": ([1], "x"), "box": box}
+    dst = copy_json(src)
+    assert dst["t"] == ([1], "x")
+    assert dst["t"][0] is not src["t"][0]
+    assert isinstance(dst["box"], Box)
+    assert dst["box"] is not box
+    assert dst["box"].items == [1]
+    assert dst["box"].items is not box.items
+
+
+def test_make_keys_gives_a_fresh_list_every_time() -> None:
+    keys = make_keys("kopf.zalando.org", "create_fn")
+    keys.append("garbage")
+    assert make_keys("kopf.zalando.org", "create_fn") == ["kopf.zalando.org/create_fn"]
 
 
 def test_cherrypick_copies_deeply_and_skips_absent() -> None:

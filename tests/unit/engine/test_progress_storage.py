@@ -689,6 +689,37 @@ def test_clearing_by_smart_storage_removes_both() -> None:
     assert storage.clear(essence=essence) == {"spec": {"x": 1}}
 
 
+def test_clearing_by_smart_storage_leaves_the_given_essence_intact() -> None:
+    essence: dict[str, Any] = {
+        "spec": {"deep": {"x": 1}},
+        "metadata": {"annotations": {"kopf.zalando.org/fn": "{}", "other/a": "b"}},
+        "status": {"kopf": {"progress": {"fn": {}}}},
+    }
+    original = json.loads(json.dumps(essence))
+    cleared = SmartProgressStorage().clear(essence=essence)
+    assert cleared == {"spec": {"deep": {"x": 1}}, "metadata": {"annotations": {"other/a": "b"}}}
+    assert essence == original
+    cleared["spec"]["deep"]["x"] = 2
+    assert essence == original
+
+
+def test_clearing_by_multi_storage_asks_storages_with_their_own_clear() -> None:
+    class Hiding(AnnotationsProgressStorage):
+        def clear(self, *, essence: dict[str, Any]) -> dict[str, Any]:
+            essence = super().clear(essence=essence)
+            essence.get("spec", {}).pop("hidden", None)
+            return essence
+
+    storage = MultiProgressStorage([Hiding(), StatusProgressStorage()])
+    essence = {
+        "spec": {"x": 1, "hidden": 2},
+        "metadata": {"annotations": {"kopf.zalando.org/fn": "{}"}},
+        "status": {"kopf": {"progress": {"fn": {}}}},
+    }
+    assert storage.clear(essence=essence) == {"spec": {"x": 1}}
+    assert essence["spec"] == {"x": 1, "hidden": 2}
+
+
 def test_base_clear_is_a_deep_copy() -> None:
     class Minimal(ProgressStorage):
         def fetch(self, *, key: HandlerId, body: Body) -> ProgressRecord | None:
