@@ -25,6 +25,7 @@ from cyclopts import App, Parameter
 
 from trioperator._client.credentials import Vault
 from trioperator._engine.namespaces import parse_namespace_options
+from trioperator._engine.peering import DEV_PRIORITY
 from trioperator._engine.registry import (
     OperatorRegistry,
     get_default_registry,
@@ -87,6 +88,9 @@ def run(
         bool, Parameter(name=["-A", "--all-namespaces"], negative="")
     ] = False,
     standalone: Annotated[bool, Parameter(negative="")] = False,
+    peering: Annotated[str | None, Parameter(name=["--peering", "-P"])] = None,
+    priority: Annotated[int | None, Parameter(name=["--priority", "-p"])] = None,
+    dev: Annotated[bool, Parameter(negative="")] = False,
     liveness: Annotated[str | None, Parameter(name=["-L", "--liveness"])] = None,
     verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
     debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
@@ -110,7 +114,16 @@ def run(
     all_namespaces
         Serve the whole cluster (the default when no namespace is given).
     standalone
-        Do not coordinate with other operators (the only mode for now).
+        Do not peer with other operators: no keep-alives, never paused by a peer. Without it
+        (and without --peering), the peering object "default" is used if it exists.
+    peering
+        The peering object to use (KopfPeering in each served namespace, or ClusterKopfPeering
+        with --all-namespaces); mandatory: the operator is paused until it exists.
+    priority
+        This operator's priority among its peers (default 0): an operator pauses while a peer
+        with a higher priority is alive; peers with the same priority all pause, with a warning.
+    dev
+        Development mode: priority 666, so that this operator pauses the deployed ones.
     liveness
         Serve the liveness probe at this URL, e.g. http://0.0.0.0:8080/healthz (http only).
     verbose
@@ -130,6 +143,11 @@ def run(
     namespaces = list(parse_namespace_options(namespace or []))
     if namespaces and all_namespaces:
         raise UsageError("Either --namespace or --all-namespaces, not both.")
+    if standalone and peering is not None:
+        # Kopf accepts this and then pauses forever (a mandatory peering it never looks for).
+        raise UsageError("Either --standalone or --peering, not both.")
+    if peering is not None and not peering.strip():
+        raise UsageError("--peering needs the name of a peering object.")
     if liveness is not None:
         try:
             parse_endpoint(liveness)
@@ -161,6 +179,10 @@ def run(
         clusterwide=not namespaces,
         handle_signals=controls.handle_signals,
         liveness_endpoint=liveness,
+        standalone=True if standalone else None,
+        # As in Kopf, --dev wins over --priority.
+        priority=DEV_PRIORITY if dev else priority,
+        peering_name=peering,
     )
     trio.run(_run_operator, operator, controls.started)
     return 0

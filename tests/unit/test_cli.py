@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from trioperator._engine.registry import OperatorRegistry
+from trioperator._runtime.operator import Operator
 from trioperator.cli import CLIControls, UsageError, load, main
 
 
@@ -25,6 +26,8 @@ def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int
         (["run"], "Nothing to run"),
         (["run", "/nonexistent/operator.py"], "No such file: /nonexistent/operator.py"),
         (["run", "-m", "no_such_module_here_at_all"], "No such module: no_such_module_here_at_all"),
+        (["run", "--standalone", "-P", "mine", "x.py"], "Either --standalone or --peering"),
+        (["run", "--peering", "", "x.py"], "--peering needs the name"),
     ],
 )
 def test_usage_errors_exit_with_code_2_and_say_why(
@@ -98,3 +101,72 @@ def test_options_come_from_the_environment_too(monkeypatch: Any, capsys: Any) ->
     code, _ = _run(["run", "-n", "ns1", "x.py"])
     assert code == 2
     assert "Either --namespace or --all-namespaces" in capsys.readouterr().err
+
+
+class _Captured(Exception):
+    """Raised from ``CLIControls.started``: the operator is built, and is not run."""
+
+
+def _operator_from(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Operator:
+    """The operator that ``trioperator run ... op.py`` would run (nothing connects)."""
+    file = tmp_path / "op_for_peering_options.py"
+    file.write_text(
+        "import trioperator as kopf\n@kopf.on.create('kopfexamples')\ndef fn(**_): pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    built: list[Operator] = []
+
+    def started(operator: Operator) -> None:
+        built.append(operator)
+        raise _Captured
+
+    controls = CLIControls(registry=OperatorRegistry(), handle_signals=False, started=started)
+    code = main([*argv[:1], str(file), *argv[1:]], controls=controls)
+    assert isinstance(controls.exception, _Captured), controls.exception
+    assert code == 1
+    return built[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "mandatory", "standalone", "priority", "clusterwide"),
+    [
+        (["run"], "default", False, False, 0, True),
+        (["run", "-n", "ns1"], "default", False, False, 0, False),
+        (["run", "-P", "mine"], "mine", True, False, 0, True),
+        (["run", "--peering", "mine", "-n", "ns1"], "mine", True, False, 0, False),
+        (["run", "-p", "100"], "default", False, False, 100, True),
+        (["run", "--priority", "-5"], "default", False, False, -5, True),
+        (["run", "--dev"], "default", False, False, 666, True),
+        (["run", "--dev", "-p", "5"], "default", False, False, 666, True),  # as in Kopf
+        (["run", "--standalone", "-A"], "default", False, True, 0, True),
+    ],
+)
+def test_peering_options_reach_the_operator_settings(
+    argv: list[str],
+    name: str,
+    mandatory: bool,
+    standalone: bool,
+    priority: int,
+    clusterwide: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    peering = _operator_from(argv, tmp_path, monkeypatch).settings.peering
+    assert (peering.name, peering.mandatory, peering.standalone) == (name, mandatory, standalone)
+    assert (peering.priority, peering.clusterwide) == (priority, clusterwide)
+
+
+def test_peering_options_come_from_the_environment_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIOPERATOR_PEERING", "from-env")
+    monkeypatch.setenv("TRIOPERATOR_PRIORITY", "42")
+    peering = _operator_from(["run"], tmp_path, monkeypatch).settings.peering
+    assert (peering.name, peering.mandatory, peering.priority) == ("from-env", True, 42)
+
+
+def test_a_priority_that_is_not_a_number_is_a_usage_error(capsys: Any) -> None:
+    code, _ = _run(["run", "-p", "high", "x.py"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "high" in captured.out + captured.err

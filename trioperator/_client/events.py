@@ -1,5 +1,14 @@
 """Posting ``core/v1`` Events about objects, in the same JSON shape as Kopf posts them.
 
+Events about cluster-scoped objects differ from Kopf's in two ways, because the API server
+rejects Kopf's (HTTP 422, "involvedObject.namespace: Invalid value: "": does not match
+event.namespace"). An Event must live in a namespace, and one about an object without a
+namespace is accepted only in ``default`` when it has no ``eventTime`` (the validation of
+"old-style" events), or, with ``eventTime``, only in ``kube-system`` (in 1.20; later releases
+also accept ``default``). So these events go to ``default`` without ``eventTime`` -- valid on
+every version -- while ``firstTimestamp``/``lastTimestamp`` still say when. Kopf's namespace of
+the credentials' context is not used for them: no version accepts any other namespace.
+
 Errors of the client's making (4xx, e.g. no RBAC permission for events) are logged and
 ignored: an event is a courtesy, never a reason to fail the handling of an object. Server and
 connection errors that outlive the retries escalate to the caller (the runtime's poster task).
@@ -15,11 +24,19 @@ from typing import Any
 from trioperator._client.api import APIClient, Logger
 from trioperator._client.errors import APIClientError
 
-__all__ = ["MAX_MESSAGE_LENGTH", "cut_message", "event_body", "post_event"]
+__all__ = [
+    "CLUSTER_EVENTS_NAMESPACE",
+    "MAX_MESSAGE_LENGTH",
+    "cut_message",
+    "event_body",
+    "post_event",
+]
 
 _LOGGER = logging.getLogger(__name__)
 
 MAX_MESSAGE_LENGTH = 1024
+CLUSTER_EVENTS_NAMESPACE = "default"
+"""Where events about cluster-scoped objects go (the only namespace every version accepts)."""
 _CUT_INFIX = "..."
 _REF_KEYS = ("apiVersion", "kind", "name", "uid", "namespace")
 
@@ -46,11 +63,14 @@ def event_body(
     namespace: str,
     now: datetime.datetime,
 ) -> dict[str, Any]:
-    """The JSON of an Event (pure: the caller provides the namespace and the time)."""
+    """The JSON of an Event (pure: the caller provides the namespace and the time).
+
+    Without ``eventTime`` if the object has no namespace (see the module's docstring).
+    """
     # Always with microseconds: ``eventTime`` is a MicroTime, which requires them.
     timestamp = now.isoformat(timespec="microseconds")
     involved = {key: ref[key] for key in _REF_KEYS if ref.get(key) is not None}
-    return {
+    body: dict[str, Any] = {
         "metadata": {"namespace": namespace, "generateName": name_prefix},
         "action": "Action?",
         "type": type,
@@ -62,8 +82,10 @@ def event_body(
         "involvedObject": involved,
         "firstTimestamp": timestamp,
         "lastTimestamp": timestamp,
-        "eventTime": timestamp,
     }
+    if involved.get("namespace"):
+        body["eventTime"] = timestamp
+    return body
 
 
 async def post_event(
@@ -76,19 +98,19 @@ async def post_event(
     reporting_component: str,
     reporting_instance: str,
     name_prefix: str,
-    default_namespace: str = "default",
     now: datetime.datetime | None = None,
     logger: Logger | None = None,
 ) -> None:
     """Post an Event about the object ``ref`` (``apiVersion``, ``kind``, ``name``, ``uid``, …).
 
-    Cluster-scoped objects get their events in ``default_namespace``. Events about Events are
-    never posted (that could feed on itself). ``now`` defaults to the current UTC time.
+    Cluster-scoped objects get their events in :data:`CLUSTER_EVENTS_NAMESPACE`. Events about
+    Events are never posted (that could feed on itself). ``now`` defaults to the current UTC
+    time.
     """
     log: Logger = logger if logger is not None else _LOGGER
     if ref.get("apiVersion") == "v1" and ref.get("kind") == "Event":
         return
-    namespace = ref.get("namespace") or default_namespace
+    namespace = ref.get("namespace") or CLUSTER_EVENTS_NAMESPACE
     if now is None:
         now = datetime.datetime.now(datetime.UTC)
     body = event_body(

@@ -18,6 +18,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.indexing import IndexingReadiness
 from trioperator._runtime.memories import Memories
+from trioperator._runtime.peering import OperatorPause
 
 if TYPE_CHECKING:
     from trioperator._runtime.daemons import DaemonsKeeper
@@ -45,6 +46,9 @@ class OperatorContext:
 
     indexing: IndexingReadiness = dataclasses.field(default_factory=IndexingReadiness)
     """Open once every indexed resource is listed and indexed: resource handlers wait for it."""
+
+    pause: OperatorPause = dataclasses.field(default_factory=OperatorPause)
+    """While paused (peering: another operator outranks this one), watchers do not stream."""
 
     def __post_init__(self) -> None:
         # Every declared index exists from the start, empty, so handlers can rely on it.

@@ -27,8 +27,21 @@ async def operator(
     clusterwide: bool = False,
     ready_flag: trio.Event | None = None,
     stop_flag: trio.Event | None = None,
+    standalone: bool | None = None,
+    priority: int | None = None,
+    peering_name: str | None = None,
+    identity: str | None = None,
+    liveness_endpoint: str | None = None,
+    handle_signals: bool = False,
 ) -> None:
-    """Run an operator in the current trio run until ``stop_flag`` is set or it is cancelled."""
+    """Run an operator in the current trio run until ``stop_flag`` is set or it is cancelled.
+
+    Peering as in Kopf: ``peering_name`` makes the peering mandatory (paused until that peering
+    object exists), ``standalone=True`` disables it, ``priority`` ranks this operator among its
+    peers; unset, they keep what ``settings.peering`` says. ``liveness_endpoint`` serves the
+    probe (``http://host:port/path``). ``handle_signals`` makes SIGINT/SIGTERM stop it (only
+    in the main thread).
+    """
     op = Operator(
         registry=registry,
         settings=settings,
@@ -36,6 +49,12 @@ async def operator(
         vault=vault,
         namespaces=namespaces,
         clusterwide=clusterwide,
+        standalone=standalone,
+        priority=priority,
+        peering_name=peering_name,
+        identity=identity,
+        liveness_endpoint=liveness_endpoint,
+        handle_signals=handle_signals,
     )
     if ready_flag is not None:
         op.ready_flag = ready_flag
@@ -53,8 +72,16 @@ def run(
     namespaces: Collection[str] = (),
     clusterwide: bool = False,
     handle_signals: bool = True,
+    standalone: bool | None = None,
+    priority: int | None = None,
+    peering_name: str | None = None,
+    identity: str | None = None,
+    liveness_endpoint: str | None = None,
 ) -> None:
-    """Run an operator in a trio run of its own; SIGINT/SIGTERM stop it gracefully."""
+    """Run an operator in a trio run of its own; SIGINT/SIGTERM stop it gracefully.
+
+    The options are those of :func:`operator`.
+    """
     op = Operator(
         registry=registry,
         settings=settings,
@@ -63,5 +90,10 @@ def run(
         namespaces=namespaces,
         clusterwide=clusterwide,
         handle_signals=handle_signals,
+        standalone=standalone,
+        priority=priority,
+        peering_name=peering_name,
+        identity=identity,
+        liveness_endpoint=liveness_endpoint,
     )
     trio.run(op.main)

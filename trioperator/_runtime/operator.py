@@ -2,19 +2,25 @@
 
 Task tree (every task belongs to exactly one nursery; nothing outlives ``Operator.main``)::
 
-    Operator.main                         root nursery
+    Operator.main                         guards nursery, in the exiting scope (see below)
     ├── signals                           1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
+    ├── exiting limit                     stop_flag -> startup ended; ultimate exiting timeout
+    └── (main task)                       startup handlers, the root nursery, cleanup handlers
+
+    root nursery (of the main task, after the startup)
     ├── liveness (with -L)                on.probe results + the health of every watcher
     ├── authenticator                     login handlers -> credentials vault; re-login on 401
     └── posting nursery
         ├── event poster                  queued k8s Events -> POST; drained on a graceful stop
-        └── serving nursery
-            ├── stop watcher              stop_flag -> graceful stop (the stopping event)
-            └── orchestrator              namespaces & CRDs observed -> watchers started/stopped
-                └── run_watcher per (resource, namespace)
-                    ├── stream_events     list + watch; the router indexes each event first
-                    ├── run_worker        per object: cause -> handlers -> one patch
-                    └── daemons, timers   per object, in the watcher's background nursery
+        └── peering nursery               keep-alives + peering observers (unless standalone);
+            │                             cancelled after serving: our record is removed last
+            └── serving nursery
+                ├── stop watcher          stop_flag -> graceful stop (the stopping event)
+                └── orchestrator          namespaces & CRDs observed -> watchers started/stopped
+                    └── run_watcher per (resource, namespace)
+                        ├── stream_events list + watch (closed while paused by peering)
+                        ├── run_worker    per object: cause -> handlers -> one patch
+                        └── daemons, timers  per object, in the watcher's background nursery
 
 Start order, and why:
 1. ``on.startup`` handlers, before anything touches the cluster: they may change settings.
@@ -24,9 +30,24 @@ Start order, and why:
 4. The orchestrator: discovery, then one watcher per served (resource, namespace); each
    reports started after its initial listing is routed. Then ``ready_flag`` is set.
 
-Stop order: the stop request (a signal or ``stop_flag``) sets ``stopping``: watchers end their
-streams and let workers finish what is queued within ``queueing.exit_timeout``; then the rest
-(authenticator) is cancelled and ``on.cleanup`` handlers run, shielded, with a deadline.
+Stop order, and why (a graceful phase first, then, if needed, a forced one):
+1. The stop request -- the first SIGINT/SIGTERM, or ``stop_flag`` -- ends a startup still in
+   progress (then nothing is served nor cleaned up) and starts the clock of
+   ``settings.process.ultimate_exiting_timeout``.
+2. It sets ``stopping``: the watchers end their streams at once, so no new handlers start;
+   workers finish what is queued and running handlers may finish, within
+   ``queueing.exit_timeout`` (then they are cancelled); daemons and timers get their stop flag
+   and their staged termination (see ``daemons.py``).
+3. The poster posts what is still queued (within ``posting.DRAIN_TIMEOUT``); then the rest
+   of the root nursery (authenticator, liveness) is cancelled.
+4. ``on.cleanup`` handlers run, after every watcher, worker and handler has ended: shielded
+   (a failure of the operator does not cut them short), for at most ``CLEANUP_TIMEOUT``.
+5. The API client and the vault are closed.
+
+Forced end: a second SIGINT/SIGTERM, or the ultimate exiting timeout (logged as an error),
+cancels everything at once, the cleanup included; ``None`` waits for the graceful stop for
+ever. Kopf SIGKILLs its own process instead; cancelling keeps an embedding program alive. What
+cannot be cancelled still ends on its own: a sync handler's thread is waited for.
 """
 
 from __future__ import annotations
@@ -48,6 +69,7 @@ from trioperator._engine.errors import ActivityError, ErrorsMode
 from trioperator._engine.handlers import Activity, ActivityHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.memos import Memo
+from trioperator._engine.peering import detect_own_id
 from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
@@ -55,7 +77,13 @@ from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
 from trioperator._runtime.orchestration import Orchestration, run_orchestrator
-from trioperator._runtime.posting import install_poster, open_poster_channel, run_poster
+from trioperator._runtime.peering import Peering, run_peering
+from trioperator._runtime.posting import (
+    K8sEvent,
+    install_poster,
+    open_poster_channel,
+    run_poster,
+)
 from trioperator._runtime.probing import serve_liveness
 
 logger = logging.getLogger("trioperator")
@@ -81,6 +109,10 @@ class Operator:
         clusterwide: bool = False,
         handle_signals: bool = False,
         liveness_endpoint: str | None = None,
+        standalone: bool | None = None,
+        priority: int | None = None,
+        peering_name: str | None = None,
+        identity: str | None = None,
     ) -> None:
         self.registry = registry if registry is not None else get_default_registry()
         self.settings = settings if settings is not None else OperatorSettings()
@@ -88,6 +120,19 @@ class Operator:
         self.vault = vault if vault is not None else Vault()
         self.namespaces = tuple(namespaces)
         self.clusterwide = clusterwide or not self.namespaces
+        # As in Kopf: into the settings before the startup handlers, which may change them. A
+        # peering named explicitly is mandatory (paused until it exists); "default" is optional.
+        peering = self.settings.peering
+        peering.clusterwide = self.clusterwide
+        if peering_name is not None:
+            peering.name = peering_name
+            peering.mandatory = True
+        if standalone is not None:
+            peering.standalone = standalone
+        if priority is not None:
+            peering.priority = priority
+        self.identity = identity if identity is not None else detect_own_id()
+        """This operator's key in the peering objects (``POD_ID``, else user@host/time/xyz)."""
         self.handle_signals = handle_signals
         self.liveness_endpoint = liveness_endpoint
         """``http://host:port/path`` to serve the liveness probe on; ``None``: not served."""
@@ -129,71 +174,114 @@ class Operator:
         # starts, and their threads) queue to this operator; the poster posts them once the API
         # is reachable (so even startup handlers may post).
         send_events, receive_events = open_poster_channel()
-        with install_poster(send_events, settings=settings):
-            await self._run_activity(Activity.STARTUP, execution)
-            # Startup handlers may have changed the settings (e.g. max_workers).
-            context.thread_limiter.total_tokens = (
-                settings.execution.max_workers or DEFAULT_THREAD_LIMIT
-            )
-            execution.default_backoff = settings.execution.default_backoff
-
+        exiting = _Exiting()
+        with install_poster(send_events, settings=settings), exiting.scope:
             try:
-                async with trio.open_nursery() as root:
+                async with trio.open_nursery() as guards:
+                    # Signals and the stop's time limit live as long as the operator does: a
+                    # stop may come during the startup, and its limits bound the cleanup too.
                     if self.handle_signals:
-                        await root.start(_watch_signals, self.stop_flag, root.cancel_scope)
-                    if self.liveness_endpoint is not None:
-                        self.liveness_port = await root.start(
+                        await guards.start(_watch_signals, self.stop_flag, exiting)
+                    guards.start_soon(_limit_exiting, self.stop_flag, exiting, settings)
+                    try:
+                        await self._run(context, execution, exiting, send_events, receive_events)
+                    finally:
+                        guards.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                # Callers (the CLI, embedders) get the operator's own error, e.g. the startup's
+                # ActivityError, not the nurseries' wrapping of it.
+                raise _single(group) from None
+
+    async def _run(
+        self,
+        context: OperatorContext,
+        execution: Execution,
+        exiting: _Exiting,
+        send_events: trio.MemorySendChannel[K8sEvent],
+        receive_events: trio.MemoryReceiveChannel[K8sEvent],
+    ) -> None:
+        """Startup, serving, cleanup: the part of the operator that signals may stop."""
+        settings = context.settings
+        with exiting.startup:
+            await self._run_activity(Activity.STARTUP, execution)
+        if exiting.startup.cancelled_caught:
+            # Not started, so nothing to clean up: as when a startup handler fails.
+            logger.warning("Stop requested during the startup: the startup is not finished.")
+            return
+        # Startup handlers may have changed the settings (e.g. max_workers).
+        context.thread_limiter.total_tokens = settings.execution.max_workers or DEFAULT_THREAD_LIMIT
+        execution.default_backoff = settings.execution.default_backoff
+
+        try:
+            async with trio.open_nursery() as root:
+                if self.liveness_endpoint is not None:
+                    self.liveness_port = await root.start(
+                        partial(
+                            serve_liveness,
+                            endpoint=self.liveness_endpoint,
+                            registry=self.registry,
+                            settings=settings,
+                            memo=self.memo,
+                            execution=execution,
+                            health=self.watchers_health,
+                            indices=context.indices,
+                        )
+                    )
+                await root.start(self._run_authenticator, execution)
+                api = self.api = context.api = APIClient(self.vault, settings.networking)
+                try:
+                    async with trio.open_nursery() as posting:
+                        await posting.start(
                             partial(
-                                serve_liveness,
-                                endpoint=self.liveness_endpoint,
-                                registry=self.registry,
+                                run_poster,
+                                api,
                                 settings=settings,
-                                memo=self.memo,
-                                execution=execution,
-                                health=self.watchers_health,
-                                indices=context.indices,
+                                receive=receive_events,
                             )
                         )
-                    await root.start(self._run_authenticator, execution)
-                    api = self.api = context.api = APIClient(self.vault, settings.networking)
-                    try:
-                        async with trio.open_nursery() as posting:
-                            await posting.start(
-                                partial(
-                                    run_poster,
-                                    api,
-                                    settings=settings,
-                                    receive=receive_events,
-                                    default_namespace=self._default_namespace(),
-                                )
-                            )
-                            try:
-                                await self._serve(context)
-                            finally:
-                                # Nothing is handled any more: the poster posts what is queued
-                                # (for a bounded time) and exits. If serving failed, the
-                                # nursery cancels the poster at once instead.
-                                send_events.close()
-                    finally:
-                        root.cancel_scope.cancel()
-            finally:
-                try:
-                    with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-                        await self._run_activity(Activity.CLEANUP, execution)
+                        try:
+                            await self._serve(context)
+                        finally:
+                            # Nothing is handled any more: the poster posts what is queued
+                            # (for a bounded time) and exits. If serving failed, the
+                            # nursery cancels the poster at once instead.
+                            send_events.close()
                 finally:
-                    if self.api is not None:
-                        with trio.CancelScope(shield=True):
-                            await api.aclose()
-                    self.vault.close()
-
-    def _default_namespace(self) -> str | None:
-        """Where events about cluster-scoped objects go: the credentials' namespace, if any."""
-        for _, info in self.vault.items():
-            if info.default_namespace:
-                return info.default_namespace
-        return None
+                    root.cancel_scope.cancel()
+        finally:
+            try:
+                # Shielded (a failure or a graceful stop must not cut the cleanup short), but
+                # within the stop's limits: the ultimate exiting timeout, a second signal.
+                with exiting.cleanup(CLEANUP_TIMEOUT):
+                    await self._run_activity(Activity.CLEANUP, execution)
+            finally:
+                if self.api is not None:
+                    with trio.CancelScope(shield=True):
+                        await self.api.aclose()
+                self.vault.close()
 
     async def _serve(self, context: OperatorContext) -> None:
+        assert self.api is not None
+        # Peering outlives the serving: our record goes only once the watchers are done.
+        async with trio.open_nursery() as peering_nursery:
+            peering: Peering | None = None
+            if not context.settings.peering.standalone:
+                peering = await peering_nursery.start(
+                    partial(
+                        run_peering,
+                        api=self.api,
+                        settings=context.settings,
+                        identity=self.identity,
+                        pause=context.pause,
+                        now=context.now,
+                    )
+                )
+            try:
+                await self._serve_peered(context, peering)
+            finally:
+                peering_nursery.cancel_scope.cancel()
+
+    async def _serve_peered(self, context: OperatorContext, peering: Peering | None) -> None:
         assert self.api is not None
         async with trio.open_nursery() as serving:
             serving.start_soon(_stop_on_flag, self.stop_flag, context.stopping)
@@ -209,6 +297,7 @@ class Operator:
                     namespaces_patterns=self.namespaces,
                     clusterwide=self.clusterwide,
                     health=self.watchers_health,
+                    peering=peering,
                 )
             )
             self.ready_flag.set()
@@ -299,9 +388,58 @@ async def _stop_on_flag(stop_flag: trio.Event, stopping: trio.Event) -> None:
     stopping.set()
 
 
+class _Exiting:
+    """The limits of a stop: the ultimate exiting timeout, and "cancel now" (a second signal).
+
+    A graceful stop is the work of the watchers and workers (``context.stopping``). This is
+    what bounds it from outside: ``scope`` encloses everything the operator does, and the
+    cleanup runs in a shielded scope of its own (so that a failure or an ordinary cancellation
+    lets it run), which therefore has to be cancelled explicitly too.
+    """
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.startup = trio.CancelScope()
+        """Around the startup handlers: a stop before serving starts does not wait for them."""
+        self._cleanup = trio.CancelScope(shield=True)
+        self.cancelled_now = False
+
+    def cleanup(self, timeout: float) -> trio.CancelScope:
+        """The shielded scope for the cleanup handlers, which may take up to ``timeout``."""
+        self._cleanup.deadline = min(self._cleanup.deadline, trio.current_time() + timeout)
+        return self._cleanup
+
+    def cancel_now(self) -> None:
+        self.cancelled_now = True
+        self.scope.cancel()
+        self._cleanup.cancel()
+
+
+async def _limit_exiting(
+    stop_flag: trio.Event, exiting: _Exiting, settings: OperatorSettings
+) -> None:
+    """From a stop request on: no more startup; cancel all after the ultimate exiting timeout.
+
+    This is Kopf's forced exit (a SIGKILL of its own process) done the trio way: everything is
+    cancelled, so the operator's caller -- an embedding program too -- survives it.
+    """
+    await stop_flag.wait()
+    exiting.startup.cancel()
+    # Read only now: startup handlers may have changed it.
+    timeout: float | None = settings.process.ultimate_exiting_timeout
+    if timeout is None:
+        return  # wait for the graceful stop as long as it takes
+    await trio.sleep(timeout)
+    logger.error(
+        f"The operator has not exited within {timeout} seconds after the stop request"
+        " (settings.process.ultimate_exiting_timeout): cancelling everything now."
+    )
+    exiting.cancel_now()
+
+
 async def _watch_signals(
     stop_flag: trio.Event,
-    root: trio.CancelScope,
+    exiting: _Exiting,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -311,7 +449,15 @@ async def _watch_signals(
         async for signum in signals:
             if stop_flag.is_set():
                 logger.warning(f"Signal {signal.Signals(signum).name} again: cancelling now.")
-                root.cancel()
+                exiting.cancel_now()
                 return
             logger.info(f"Signal {signal.Signals(signum).name} received: stopping gracefully.")
             stop_flag.set()
+
+
+def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The only error inside nested one-error groups (the nursery tree wraps each failure)."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -70,6 +70,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
 from trioperator._runtime.memories import Memories
+from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
 
 __all__ = [
@@ -226,8 +227,10 @@ class Orchestration:
         namespaces_patterns: Sequence[str | re.Pattern[str]],
         clusterwide: bool,
         health: MutableMapping[str, WatchHealth] | None = None,
+        peering: Peering | None = None,
     ) -> None:
         self._context = context
+        self._peering = peering
         self._health: MutableMapping[str, WatchHealth] = health if health is not None else {}
         self._api = api
         self._registry = registry
@@ -319,6 +322,10 @@ class Orchestration:
 
     def _reconcile(self) -> list[_Watcher]:
         """Stop what is no longer wanted, start what is missing; return the started ones."""
+        if self._peering is not None:
+            # Before any watcher starts: a mandatory peering pauses it before its first listing.
+            served = [None] if self.clusterwide else sorted(self.namespaces)
+            self._peering.adjust(self._discovered, served)
         desired = self._desired()
         for key in sorted(self._watchers.keys() - desired, key=_order):
             self._stop(key)
@@ -602,6 +609,7 @@ async def run_orchestrator(
     namespaces_patterns: Sequence[str | re.Pattern[str]],
     clusterwide: bool,
     health: MutableMapping[str, WatchHealth] | None = None,
+    peering: Peering | None = None,
     task_status: trio.TaskStatus[Orchestration] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve every (resource, namespace) pair that should be served, until a graceful stop.
@@ -615,6 +623,9 @@ async def run_orchestrator(
     ``health`` (e.g. for the liveness probe) gets the :class:`WatchHealth` of every running
     watcher (named like ``"pods.v1 in 'ns1'"`` or ``"pods.v1 cluster-wide"``) and of the
     namespace and CRD observers, and loses them when they stop on purpose.
+
+    ``peering`` (if given) peers via the peering CRDs among the discovered resources, in the
+    served namespaces (or cluster-wide), following them as they come and go.
     """
     orchestration = Orchestration(
         context,
@@ -624,5 +635,6 @@ async def run_orchestrator(
         namespaces_patterns=namespaces_patterns,
         clusterwide=clusterwide,
         health=health,
+        peering=peering,
     )
     await orchestration.run(task_status=task_status)

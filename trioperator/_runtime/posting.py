@@ -278,7 +278,6 @@ async def run_poster(
     *,
     settings: OperatorSettings,
     receive: trio.MemoryReceiveChannel[K8sEvent],
-    default_namespace: str | None = None,
     drain_timeout: float = DRAIN_TIMEOUT,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -288,7 +287,8 @@ async def run_poster(
     poster keeps going. Once every send side of the queue is closed (a graceful stop), what is
     still queued (or in flight) is posted within ``drain_timeout`` seconds (+ up to
     :data:`CLOSING_POLL_INTERVAL` to notice it), and the rest is dropped with a warning.
-    Cluster-scoped objects get their events in ``default_namespace`` (else ``default``).
+    Cluster-scoped objects get their events in the ``default`` namespace (the only one the API
+    accepts for them; see :mod:`trioperator._client.events`).
     """
     task_status.started()
     draining = trio.CancelScope()
@@ -313,7 +313,7 @@ async def run_poster(
                 async with trio.open_nursery() as nursery:
                     # Nothing wakes us when the queue closes during a slow request: look.
                     nursery.start_soon(_poll_closing, notice_closing)
-                    await _post_one(api, queued, settings, default_namespace)
+                    await _post_one(api, queued, settings)
                     nursery.cancel_scope.cancel()
                 in_flight = 0
     finally:
@@ -339,7 +339,6 @@ async def _post_one(
     api: APIClient,
     queued: K8sEvent,
     settings: OperatorSettings,
-    default_namespace: str | None,
 ) -> None:
     if _is_about_events(queued.ref):
         return
@@ -354,7 +353,6 @@ async def _post_one(
             reporting_component=posting.reporting_component,
             reporting_instance=posting.reporting_instance,
             name_prefix=posting.event_name_prefix,
-            default_namespace=default_namespace or "default",
             now=_now(),
             logger=logger,
         )

@@ -7,7 +7,9 @@ Task tree::
         ├── exit relay               the operator's stop -> all daemons stop (OPERATOR_EXITING)
         ├── daemon/timer tasks       one per (object, handler), with their terminators
         └── workers' nursery
-            ├── stream_events        list + watch (trioperator._client.watching), feeds a channel
+            ├── stream_events        list + watch (trioperator._client.watching), feeds a channel;
+            │                        closed while the operator is paused (peering), with the
+            │                        daemons stopped; listed again on resuming
             ├── the router (this task)  indexes each event, then routes it by uid to its worker
             └── run_worker (per object)    one per object with queued work; idles out when quiet
 
@@ -92,20 +94,17 @@ async def run_watcher(
                         streaming.start_soon(
                             _stop_when_asked, ctx, streaming.cancel_scope, name="watcher stopper"
                         )
+                        started = _StartedOnce(task_status)
                         streaming.start_soon(
-                            partial(
-                                stream_events,
-                                ctx.api,
-                                ctx.resource,
-                                ctx.namespace,
-                                settings=settings.watching,
-                                send=send_events,
-                                health=ctx.health,
-                            ),
+                            _stream_unless_paused,
+                            ctx,
+                            keeper,
+                            send_events,
+                            started,
                             name=f"stream {ctx.resource} in {ctx.namespace or '*'}",
                         )
                         # The producer owns the send side; the router owns the receive side.
-                        await _route(ctx, receive_events, streams, workers, task_status, gate)
+                        await _route(ctx, receive_events, streams, workers, started, gate)
 
                     # The stream has stopped. Let every worker finish what is queued, within
                     # the bound.
@@ -128,6 +127,66 @@ async def run_watcher(
         ctx.daemons = None
 
 
+class _StartedOnce:
+    """The watcher's ``task_status``, reported by whichever comes first: the initial listing
+    routed, or a pause before it (a paused operator is started, just not streaming)."""
+
+    def __init__(self, task_status: trio.TaskStatus[None]) -> None:
+        self._task_status = task_status
+        self.reported = False
+
+    def started(self, value: None = None) -> None:
+        if not self.reported:
+            self.reported = True
+            self._task_status.started()
+
+
+PAUSED_HEALTH_INTERVAL = 10.0
+"""While paused, the watcher tells the liveness probe this often that it waits on purpose."""
+
+
+async def _stream_unless_paused(
+    ctx: ResourceContext,
+    keeper: DaemonsKeeper,
+    send: trio.MemorySendChannel[WatchItem],
+    started: _StartedOnce,
+) -> None:
+    """List and watch while the operator is not paused (peering); as Kopf does, a pause
+    closes the stream and stops the daemons; the resumed stream lists everything again."""
+    pause = ctx.operator.pause
+    where = f"in {ctx.namespace!r}" if ctx.namespace is not None else "cluster-wide"
+    while True:
+        if pause.is_paused():
+            blockers = ", ".join(pause.reasons)
+            logger.debug(
+                f"Pausing the watch-stream for {ctx.resource} {where} (blockers: {blockers})."
+            )
+            keeper.pause()
+            started.started()
+            ctx.health.alive = True
+            while pause.is_paused():
+                ctx.health.touch()
+                with trio.move_on_after(PAUSED_HEALTH_INTERVAL):
+                    await pause.wait_for(False)
+            logger.debug(f"Resuming the watch-stream for {ctx.resource} {where}.")
+            keeper.resume()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                partial(
+                    stream_events,
+                    ctx.api,
+                    ctx.resource,
+                    ctx.namespace,
+                    settings=ctx.settings.watching,
+                    send=send,
+                    health=ctx.health,
+                ),
+                name=f"stream {ctx.resource} {where}",
+            )
+            await pause.wait_for(True)
+            nursery.cancel_scope.cancel()
+
+
 async def _stop_when_asked(ctx: ResourceContext, scope: trio.CancelScope) -> None:
     await ctx.wait_stopping()
     scope.cancel()
@@ -146,7 +205,7 @@ async def _route(
     receive_events: trio.MemoryReceiveChannel[WatchItem],
     streams: dict[str, trio.MemorySendChannel[RawEvent]],
     workers: trio.Nursery,
-    task_status: trio.TaskStatus[None],
+    task_status: _StartedOnce,
     gate: object | None,
 ) -> None:
     listing = True
