@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,26 @@ def real_kubeconfig() -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"scripts/kube-up failed:\n{result.stderr[-4000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging_levels() -> Iterator[None]:
+    """The CLI configures logging process-wide (levels, the root's handler); a test that runs
+    it must not change what later tests log. Handlers that pytest itself installs are left to
+    pytest; the CLI's own stream handler is removed."""
+    manager = logging.Logger.manager
+    levels = {
+        name: logger.level
+        for name, logger in manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    root = logging.getLogger()
+    root_level, root_handlers = root.level, set(root.handlers)
+    yield
+    for name, logger in list(manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            logger.setLevel(levels.get(name, logging.NOTSET))
+    root.setLevel(root_level)
+    for handler in list(root.handlers):
+        if handler not in root_handlers and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
