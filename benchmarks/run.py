@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,14 @@ FRAMEWORKS = ("trioperator", "kopf")
 VARIANTS = ("async", "sync")
 CLIENTS = ("httpx2", "aiohttp")
 KOPF_VERSION = "1.45.2"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trioperator"
+# What scripts/kube-up builds once, and what scripts/kopf-venv makes once:
+KUBE_BUILT = (
+    Path(os.environ.get("TRIOPERATOR_KUBE_CACHE", CACHE / "kube")) / "bin" / "kube-apiserver"
+)
+KOPF_VENV = CACHE / f"kopf-{KOPF_VERSION}-venv"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+RUN_KINDS = ("ceiling", "burst", "restart", "takeover", "background", "shutdown")
 RESOURCES_COUNTED = {(GROUP, PLURAL), ("", "events"), ("events.k8s.io", "events")}
 
 
@@ -333,10 +340,16 @@ class Api:
         ok: Iterable[int] = (200, 201, 202),
         ctype: str | None = None,
         params: dict[str, str] | None = None,
+        request_timeout: float | None = None,
     ) -> dict[str, Any]:
         headers = {"Content-Type": ctype} if ctype else {}
         response = await self.client.request(
-            method, path, json=body, headers=headers, params=params
+            method,
+            path,
+            json=body,
+            headers=headers,
+            params=params,
+            timeout=httpx.Timeout(request_timeout) if request_timeout else httpx.USE_CLIENT_DEFAULT,
         )
         if response.status_code not in tuple(ok):
             raise BenchError(f"{method} {path}: HTTP {response.status_code}: {response.text[:300]}")
@@ -381,30 +394,50 @@ class Api:
         data = await self.call("GET", collection_path(namespace), params={"limit": "500"})
         return len(data.get("items", []))
 
-    async def delete_all_objects(self, namespace: str, *, within: float = 120.0) -> None:
-        """Delete every benchmark object (and event) in the namespace and wait until gone."""
-        await self.call("DELETE", collection_path(namespace), ok=(200, 404))
-        await self.call("DELETE", f"/api/v1/namespaces/{namespace}/events", ok=(200, 404))
+    async def delete_all_objects(self, namespace: str, *, within: float = 300.0) -> None:
+        """Delete every benchmark object (and event) in the namespace and wait until gone.
+
+        Objects with daemons or timers carry their framework's finalizer, and no operator runs
+        any more to remove it: the finalizers are stripped here (concurrently: thousands).
+        A deletecollection of 10,000 objects may outlast the API server's own request timeout
+        (504) while it goes on deleting; it is repeated while objects without a deletion mark
+        remain."""
+        path = collection_path(namespace)
         with trio.move_on_after(within) as scope:
+            await self.call("DELETE", f"/api/v1/namespaces/{namespace}/events", ok=(200, 404, 504))
+            delete = True
             while True:
-                data = await self.call(
-                    "GET", collection_path(namespace), ok=(200, 404), params={"limit": "100"}
-                )
+                if delete:
+                    await self.call("DELETE", path, ok=(200, 404, 504), request_timeout=120)
+                data = await self.call("GET", path, ok=(200, 404), params={"limit": "500"})
                 items = data.get("items", [])
                 if not items:
                     return
-                for item in items:  # nobody should put finalizers on them, but just in case
-                    if item["metadata"].get("finalizers"):
-                        await self.call(
-                            "PATCH",
-                            object_path(namespace, item["metadata"]["name"]),
-                            {"metadata": {"finalizers": None}},
-                            ctype="application/merge-patch+json",
-                            ok=(200, 404),
-                        )
-                await trio.sleep(0.5)
+                delete = any("deletionTimestamp" not in i["metadata"] for i in items)
+                names = [i["metadata"]["name"] for i in items if i["metadata"].get("finalizers")]
+                if names:
+                    await self.strip_finalizers(namespace, names)
+                elif not delete:
+                    await trio.sleep(0.5)
         if scope.cancelled_caught:
             raise BenchError(f"objects in {namespace} are still there after {within:.0f}s")
+
+    async def strip_finalizers(self, namespace: str, names: list[str]) -> None:
+        pending = iter(names)
+
+        async def worker() -> None:
+            for name in pending:  # the workers share the iterator: each name is taken once
+                await self.call(
+                    "PATCH",
+                    object_path(namespace, name),
+                    {"metadata": {"finalizers": None}},
+                    ctype="application/merge-patch+json",
+                    ok=(200, 404),
+                )
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(worker)
 
     # ---- namespaces and the CRD
     async def create_namespace(self, name: str) -> None:
@@ -573,14 +606,26 @@ class HandledWatch:
 @dataclasses.dataclass
 class Config:
     sizes: list[int]
-    repeat: int
+    repeats: list[int]  # per size
     frameworks: list[str]
-    variants: list[str]
+    variants: list[str]  # at the first size
+    big_variants: list[str]  # at the other sizes
     clients: list[str]
     creators: int
     ceiling_concurrency: int
-    restart: bool
+    ceiling_sizes: list[int]
+    restart: bool  # restart + idle after each burst with the first variant
     idle: float
+    takeover_idle: float  # the idle window of the restart after the takeover
+    takeover_size: int
+    takeover_repeat: int
+    steady_sizes: list[int]  # pre-handled objects
+    steady_repeat: int
+    background_size: int
+    background_repeat: int
+    background_window: float
+    shutdown_size: int
+    shutdown_repeat: int
     ceiling: bool
     decode: bool
     decode_events: int
@@ -598,8 +643,9 @@ class Bench:
         self.config = config
         self.api = api
         self.namespace = namespace
-        self.results: dict[str, list[dict[str, Any]]] = {"burst": [], "restart": [], "ceiling": []}
+        self.results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in RUN_KINDS}
         self.sentinels = 0
+        self.timings: list[dict[str, Any]] = []
 
     # ---- environment of the children
     def child_env(self, **extra: str) -> dict[str, str]:
@@ -612,7 +658,9 @@ class Bench:
         return env
 
     def operator_argv(self, framework: str, variant: str) -> list[str]:
-        source = str(HERE / "operators" / f"create_{variant}.py")
+        """`variant`: async/sync (operators/create_*.py) or background (operators/background.py)."""
+        name = "background.py" if variant == "background" else f"create_{variant}.py"
+        source = str(HERE / "operators" / name)
         if framework == "kopf":
             assert self.config.kopf_python
             kopf = str(Path(self.config.kopf_python).parent / "kopf")
@@ -620,12 +668,12 @@ class Bench:
         return [*self.config.trioperator_cmd, "run", "-n", self.namespace, source]
 
     async def start_operator(
-        self, framework: str, variant: str, label: str
+        self, framework: str, variant: str, label: str, **env: str
     ) -> tuple[trio.Process, Path]:
         log_path = self.config.work_dir / f"{label}.log"
         process = await spawn(
             self.operator_argv(framework, variant),
-            env=self.child_env(BENCH_FRAMEWORK=framework),
+            env=self.child_env(BENCH_FRAMEWORK=framework, **env),
             log_path=log_path,
         )
         return process, log_path
@@ -950,20 +998,31 @@ class Bench:
                 await self.api.delete_all_objects(self.namespace)
 
     async def restart_run(
-        self, framework: str, variant: str, n: int, rep: int, watch: HandledWatch
+        self,
+        framework: str,
+        variant: str,
+        n: int,
+        rep: int,
+        watch: HandledWatch,
+        origin: str = "burst",
+        idle: float | None = None,
     ) -> None:
-        """The operator starts over N objects it has handled already: nothing to do."""
-        label = f"{framework}-{variant}-n{n}-r{rep}-restart"
+        """The operator starts over N objects handled already: nothing to do. `origin` says
+        how they came to be handled: by this framework in a burst or a takeover just before,
+        or created pre-handled by the load generator."""
+        label = f"{framework}-{variant}-n{n}-r{rep}-restart-{origin}"
+        idle = self.config.idle if idle is None else idle
         result: dict[str, Any] = {
             "framework": framework,
             "variant": variant,
+            "origin": origin,
             "n": n,
             "repeat": rep,
             "ok": False,
-            "idle_window_s": self.config.idle,
+            "idle_window_s": idle,
         }
         self.results["restart"].append(result)
-        log(f"{label}: restart over {n} handled objects, then {self.config.idle:.0f}s idle")
+        log(f"{label}: restart over {n} handled objects ({origin}), then {idle:.0f}s idle")
         m0 = await self.api.metrics()
         harness0 = Counter(watch.harness_calls)
         operator = await self.start_operator(framework, variant, label)
@@ -1000,7 +1059,7 @@ class Bench:
             result["restart_cpu_s"] = quiet_cpu
             result["restart_rss_mib"] = proc_memory(process.pid).get("VmHWM")
             idle0 = proc_cpu(process.pid)
-            await trio.sleep(self.config.idle)
+            await trio.sleep(idle)
             idle_cpu = proc_cpu(process.pid) - idle0
             m1 = await self.api.metrics()
             memory = proc_memory(process.pid)
@@ -1016,7 +1075,7 @@ class Bench:
             result.update(
                 ok=True,
                 idle_cpu_s=idle_cpu,
-                idle_cpu_percent=idle_cpu * 100 / self.config.idle if self.config.idle else None,
+                idle_cpu_percent=idle_cpu * 100 / idle if idle else None,
                 steady_rss_mib=memory.get("VmRSS"),
                 peak_rss_mib=memory.get("VmHWM"),
                 calls=calls,
@@ -1028,7 +1087,7 @@ class Bench:
             log(
                 f"  {framework}: quiet after {result['restart_s']:.2f}s "
                 f"({result['restart_cpu_s']:.2f} CPU s), {patches} patches, idle CPU "
-                f"{idle_cpu * 1000:.0f} ms / {self.config.idle:.0f}s, "
+                f"{idle_cpu * 1000:.0f} ms / {idle:.0f}s, "
                 f"RSS {result['steady_rss_mib']:.0f} MiB"
             )
             if patches:
@@ -1043,18 +1102,316 @@ class Bench:
             result.update(await stop_process(process))
             result["log_findings"] = log_findings(log_path)
 
+    # ---- objects created with no operator running
+    async def create_objects(self, mode: str, prefix: str, n: int, label: str) -> dict[str, Any]:
+        """`n` objects named `prefix`-00000... by the load generator (`mode`: create, or
+        create-handled for objects that look handled already); its report."""
+        started = time.monotonic()
+        done = await self.run_load(
+            self.load_argv("httpx2", mode, prefix, n, self.config.creators),
+            f"{label}-{mode}",
+            within=60 + n * self.config.timeout_factor,
+        )
+        if done["errors"]:
+            raise BenchError(f"creating {n} objects failed: {done['errors']}")
+        log(f"  {n} objects created ({mode}) in {time.monotonic() - started:.1f}s")
+        return done
+
+    def calls_by_operator(
+        self,
+        m1: Counter[MetricsKey],
+        m0: Counter[MetricsKey],
+        watch: HandledWatch,
+        harness0: Counter[str],
+    ) -> dict[str, Any]:
+        """The API calls between two snapshots, minus those of the harness's own watch."""
+        calls = metrics_delta(m1, m0)
+        harness = Counter(watch.harness_calls)
+        harness.subtract(harness0)
+        for verb, count in harness.items():
+            calls["by_verb"][verb] = calls["by_verb"].get(verb, 0) - count
+            if not calls["by_verb"][verb]:
+                del calls["by_verb"][verb]
+        calls["harness"] = dict(harness)
+        return calls
+
+    async def takeover_run(self, framework: str, n: int, rep: int, *, kind: str) -> None:
+        """N never-handled objects exist; the operator (async create handler) starts and
+        handles them all. kind="takeover": then it is stopped and restarted over them (steady
+        RSS and idle CPU with N handled objects); kind="shutdown": only its stop is of
+        interest (the graceful stop with N handled objects)."""
+        label = f"{framework}-{kind}-n{n}-r{rep}"
+        prefix = f"{kind[0]}{rep}{framework[0]}"
+        result: dict[str, Any] = {
+            "framework": framework,
+            "variant": "plain",
+            "n": n,
+            "repeat": rep,
+            "ok": False,
+        }
+        self.results[kind].append(result)
+        log(f"{label}: {n} never-handled objects, then the operator starts")
+        cfg = self.config
+        watch = HandledWatch(self.api, self.namespace)
+        try:
+            await self.create_objects("create", prefix, n, label)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watch.run)
+                m0 = await self.api.metrics()
+                harness0 = Counter(watch.harness_calls)
+                operator = await self.start_operator(framework, "async", label)
+                process, log_path = operator
+                account = CpuAccount({"operator": process.pid, **cfg.cluster_pids})
+                usage0 = account.sample()
+                spawned = usage0["at"]
+                result["log"] = str(log_path)
+                try:
+                    await self.wait_until(
+                        lambda: watch.count(f"{prefix}-") >= n,
+                        within=60 + n * cfg.timeout_factor,
+                        what=f"all {n} objects to be handled",
+                        operator=operator,
+                        progress=lambda: f"{watch.count(f'{prefix}-')} handled so far",
+                    )
+                    usage = CpuAccount.delta(usage0, account.sample())
+                    times = [t for k, t in watch.handled.items() if k.startswith(f"{prefix}-")]
+                    m1, cpu1, _ = await self.settle(process.pid)
+                    memory = proc_memory(process.pid)
+                    calls = self.calls_by_operator(m1, m0, watch, harness0)
+                    by_verb = calls["by_verb"]
+                    elapsed = max(times) - spawned
+                    result.update(
+                        ok=True,
+                        seconds=elapsed,
+                        first_handled_s=min(times) - spawned,
+                        objects_per_s=n / elapsed,
+                        cpu_s=cpu1,
+                        cpu_ms_per_object=cpu1 * 1000 / n,
+                        peak_rss_mib=memory.get("VmHWM"),
+                        rss_after_mib=memory.get("VmRSS"),
+                        calls=calls,
+                        calls_per_object={k: v / n for k, v in by_verb.items()},
+                        calls_total_per_object=sum(by_verb.values()) / n,
+                        handled_by=dict(watch.handled_by),
+                        **usage_figures(usage, n),
+                    )
+                    wrong = {k: v for k, v in watch.handled_by.items() if k != framework}
+                    if wrong:
+                        result["ok"] = False
+                        result["error"] = f"objects handled by someone else: {wrong}"
+                    log(
+                        f"  {framework}: all {n} handled {elapsed:.2f}s after the start "
+                        f"({result['objects_per_s']:.1f} objects/s), CPU "
+                        f"{result['cpu_ms_per_object']:.2f} ms/object, "
+                        f"peak RSS {result['peak_rss_mib']:.0f} MiB"
+                    )
+                finally:
+                    result.update(await stop_process(process))
+                    result["log_findings"] = log_findings(log_path)
+                    log(f"  graceful stop with {n} handled objects: {result['stop_s']:.2f}s")
+                if kind == "takeover" and result["ok"]:
+                    await self.restart_run(
+                        framework, "async", n, rep, watch, origin="takeover", idle=cfg.takeover_idle
+                    )
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            error = run_error(exc)
+            if error is None:
+                raise
+            result["ok"] = False
+            result["error"] = error
+            log(f"  FAILED: {error}")
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.api.delete_all_objects(self.namespace)
+
+    async def steady_runs(self, n: int) -> None:
+        """N pre-handled objects (created once); each framework starts over them, repeatedly."""
+        cfg = self.config
+        label = f"steady-n{n}"
+        log(f"{label}: {n} pre-handled objects, each framework restarted over them")
+        watch = HandledWatch(self.api, self.namespace)
+        try:
+            await self.create_objects("create-handled", "s", n, label)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watch.run)
+                for rep in range(cfg.steady_repeat):
+                    order = cfg.frameworks if rep % 2 == 0 else list(reversed(cfg.frameworks))
+                    for framework in order:
+                        await self.restart_run(
+                            framework, "async", n, rep, watch, origin="pre-handled"
+                        )
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            error = run_error(exc)
+            if error is None:
+                raise
+            self.results["restart"].append(
+                {"origin": "pre-handled", "n": n, "ok": False, "error": error}
+            )
+            log(f"  FAILED: {error}")
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.api.delete_all_objects(self.namespace, within=120 + n * 0.1)
+
+    async def background_run(
+        self, framework: str, n: int, rep: int, *, window: float, kind: str
+    ) -> None:
+        """N objects exist; the operator with one daemon and one timer per object starts.
+        Until all daemons run, then a window with all of them (and the timers) running, then
+        the graceful stop. kind="shutdown" (window 0) is only about the stop."""
+        label = f"{framework}-{kind}-daemons-n{n}-r{rep}"
+        prefix = f"{kind[0]}d{rep}{framework[0]}"
+        state_file = self.config.work_dir / f"{label}.state.json"
+        result: dict[str, Any] = {
+            "framework": framework,
+            "variant": "daemons",
+            "n": n,
+            "repeat": rep,
+            "ok": False,
+            "window_s": window,
+        }
+        self.results[kind].append(result)
+        log(f"{label}: {n} objects, then the operator with {n} daemons and {n} timers")
+        cfg = self.config
+
+        def state() -> dict[str, Any]:
+            try:
+                return dict(json.loads(state_file.read_text()))
+            except (OSError, ValueError):
+                return {}
+
+        try:
+            await self.create_objects("create", prefix, n, label)
+            m0 = await self.api.metrics()
+            operator = await self.start_operator(
+                framework,
+                "background",
+                label,
+                BENCH_STATE_FILE=str(state_file),
+                BENCH_EXPECTED=str(n),
+            )
+            process, log_path = operator
+            spawned = time.monotonic()
+            result["log"] = str(log_path)
+            try:
+                await self.wait_until(
+                    lambda: state().get("daemons_started", 0) >= n,
+                    within=60 + n * cfg.timeout_factor,
+                    what=f"all {n} daemons to run",
+                    operator=operator,
+                    progress=lambda: f"{state().get('daemons_started', 0)} running so far",
+                )
+                result["all_daemons_s"] = state()["at"] - spawned
+                result["startup_cpu_s"] = proc_cpu(process.pid)
+                result["startup_peak_rss_mib"] = proc_memory(process.pid).get("VmHWM")
+                result["startup_calls"] = metrics_delta(await self.api.metrics(), m0)
+                log(
+                    f"  {framework}: all {n} daemons run {result['all_daemons_s']:.2f}s after "
+                    f"the start ({result['startup_cpu_s']:.2f} CPU s)"
+                )
+                # What follows the start (finalizers, the first round of timers) is over
+                # when the operator is quiet between two rounds of timers.
+                await self.settle(process.pid, max_s=20)
+                if window > 0:
+                    account = CpuAccount({"operator": process.pid, **cfg.cluster_pids})
+                    usage0 = account.sample()
+                    w0, state0 = await self.api.metrics(), state()
+                    await trio.sleep(window)
+                    w1, state1 = await self.api.metrics(), state()
+                    usage = CpuAccount.delta(usage0, account.sample())
+                    memory = proc_memory(process.pid)
+                    calls = metrics_delta(w1, w0)
+                    result.update(
+                        window_cpu_s=usage["operator"],
+                        window_cpu_percent=usage["operator"] * 100 / usage["elapsed"],
+                        window_calls=calls,
+                        window_calls_total=sum(calls["by_verb"].values()),
+                        timer_runs_per_object=(
+                            (state1.get("timer_runs", 0) - state0.get("timer_runs", 0)) / n
+                        ),
+                        steady_rss_mib=memory.get("VmRSS"),
+                        peak_rss_mib=memory.get("VmHWM"),
+                        **usage_figures(usage, n),
+                    )
+                    log(
+                        f"  {window:.0f}s with {n} daemons + timers: CPU "
+                        f"{result['window_cpu_s'] * 1000:.0f} ms, "
+                        f"{result['window_calls_total']} API calls, "
+                        f"RSS {result['steady_rss_mib']:.0f} MiB "
+                        f"(peak {result['peak_rss_mib']:.0f}), "
+                        f"{result['timer_runs_per_object']:.1f} timer runs per object"
+                    )
+                else:
+                    result["peak_rss_mib"] = proc_memory(process.pid).get("VmHWM")
+                result["ok"] = process.returncode is None
+            finally:
+                result.update(await stop_process(process))
+                result["log_findings"] = log_findings(log_path)
+                log(f"  graceful stop with {n} daemons: {result['stop_s']:.2f}s")
+        except BaseException as exc:
+            error = run_error(exc)
+            if error is None:
+                raise
+            result["ok"] = False
+            result["error"] = error
+            log(f"  FAILED: {error}")
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.api.delete_all_objects(self.namespace)
+
+    @contextlib.contextmanager
+    def timed(self, part: str) -> Iterator[None]:
+        """Record how long a part of the plan took (to check the estimate printed at the start)."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings.append({"part": part, "seconds": time.monotonic() - started})
+
     async def run(self) -> None:
         cfg = self.config
-        for n in cfg.sizes:
-            for rep in range(cfg.repeat):
-                if cfg.ceiling:
-                    for client in cfg.clients:
-                        await self.ceiling_run(client, n, rep)
-                order = cfg.frameworks if rep % 2 == 0 else list(reversed(cfg.frameworks))
-                for framework in order:
-                    for variant in cfg.variants:
-                        restart = cfg.restart and variant == cfg.variants[0]
-                        await self.burst_run(framework, variant, n, rep, restart)
+        for n, repeat in zip(cfg.sizes, cfg.repeats, strict=True):
+            variants = cfg.variants if n == cfg.sizes[0] else cfg.big_variants
+            for rep in range(repeat):
+                if cfg.ceiling and n in cfg.ceiling_sizes:
+                    with self.timed(f"ceiling {n}"):
+                        for client in cfg.clients:
+                            await self.ceiling_run(client, n, rep)
+                with self.timed(f"burst {n}"):
+                    for framework in self.order(rep):
+                        for variant in variants:
+                            restart = cfg.restart and variant == variants[0]
+                            await self.burst_run(framework, variant, n, rep, restart)
+        for rep in range(cfg.shutdown_repeat if cfg.shutdown_size else 0):
+            with self.timed(f"shutdown {cfg.shutdown_size}"):
+                for framework in self.order(rep):
+                    await self.takeover_run(framework, cfg.shutdown_size, rep, kind="shutdown")
+                    await self.background_run(
+                        framework, cfg.shutdown_size, rep, window=0, kind="shutdown"
+                    )
+        for rep in range(cfg.takeover_repeat if cfg.takeover_size else 0):
+            with self.timed(f"takeover {cfg.takeover_size}"):
+                for framework in self.order(rep):
+                    await self.takeover_run(framework, cfg.takeover_size, rep, kind="takeover")
+        for n in cfg.steady_sizes:
+            with self.timed(f"steady {n}"):
+                await self.steady_runs(n)
+        for rep in range(cfg.background_repeat if cfg.background_size else 0):
+            with self.timed(f"background {cfg.background_size}"):
+                for framework in self.order(rep):
+                    await self.background_run(
+                        framework,
+                        cfg.background_size,
+                        rep,
+                        window=cfg.background_window,
+                        kind="background",
+                    )
+
+    def order(self, rep: int) -> list[str]:
+        """The frameworks' order alternates between repetitions."""
+        frameworks = self.config.frameworks
+        return frameworks if rep % 2 == 0 else list(reversed(frameworks))
 
 
 # ------------------------------------------------------------------------------ setup
@@ -1244,6 +1601,71 @@ def run_decode(config: Config) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------------------ main
+DEFAULTS = {
+    # option: (default, with --quick)
+    "sizes": ("500,2000", "100"),
+    "repeat": ("2,1", "1"),
+    "idle": (60.0, 15.0),
+    "takeover_idle": (30.0, 15.0),
+    "takeover_size": (2000, 200),
+    "takeover_repeat": (1, 1),
+    "steady_sizes": ("10000", "500"),
+    "steady_repeat": (1, 1),
+    "background_size": (1000, 100),
+    "background_repeat": (1, 1),
+    "background_window": (60.0, 15.0),
+    "shutdown_size": (100, 50),
+    "shutdown_repeat": (2, 1),
+}
+
+
+def estimate(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """The plan, part by part, with the seconds each part is expected to take on 2 cores
+    (measured on a quiet 2-core machine: the costs per object below are the observed rates of
+    creating, handling and deleting objects there; each part's real duration is recorded in
+    results.json under "timings" to check them)."""
+    fws = len(args.frameworks)
+    create, handle, delete = 1 / 150, 1 / 40, 1 / 400  # seconds per object
+
+    def restart(n: int) -> float:
+        return 8 + n / 400 + args.idle
+
+    parts: list[tuple[str, float]] = [("cluster start (built), CRD, namespace", 20)]
+    for n, repeat in zip(args.sizes, args.repeats, strict=True):
+        variants = args.variants if n == args.sizes[0] else args.big_variants
+        if not args.no_ceiling and n in args.ceiling_sizes:
+            ceiling = len(args.clients) * (6 + n * (create + 1 / 60 + delete))
+            parts.append((f"ceiling {n} x {repeat}", repeat * ceiling))
+        burst = 12 + n * (handle + delete)
+        runs = repeat * fws * len(variants)
+        extra = repeat * fws * restart(n) if args.restart_after_burst else 0
+        parts.append((f"burst {n} {'+'.join(variants)} x {repeat}", runs * burst + extra))
+    if args.shutdown_size and args.shutdown_repeat:
+        n = args.shutdown_size
+        one = 2 * (5 + n * (create + handle + delete))
+        parts.append((f"shutdown {n} x {args.shutdown_repeat}", args.shutdown_repeat * fws * one))
+    if args.takeover_size and args.takeover_repeat:
+        n = args.takeover_size
+        one = 12 + n * (create + handle + delete) + restart(n) - args.idle + args.takeover_idle
+        parts.append((f"takeover {n} x {args.takeover_repeat}", args.takeover_repeat * fws * one))
+    for n in args.steady_sizes:
+        one = args.steady_repeat * fws * restart(n)
+        parts.append((f"steady {n} x {args.steady_repeat}", n * (create + delete) + one))
+    if args.background_size and args.background_repeat:
+        n = args.background_size
+        one = 25 + n * (create + 2 / 100) + args.background_window
+        parts.append(
+            (f"background {n} x {args.background_repeat}", args.background_repeat * fws * one)
+        )
+    if not args.no_decode:
+        parts.append(("decoding micro-benchmark", 8))
+    return parts
+
+
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="trioperator vs. Kopf on the same kube-apiserver (see benchmarks/README.md)."
@@ -1251,29 +1673,89 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="N=100, repeat 1, 15 s idle, a smaller decoding run (a few minutes)",
+        help="small sizes, one repetition, 15 s windows, a smaller decoding run (~5 min)",
     )
-    parser.add_argument("--sizes", default=None, help="comma-separated object counts (500)")
-    parser.add_argument("--repeat", type=int, default=None, help="repetitions per size (3)")
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
-    parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help="handler flavours: async,sync"
+    group = parser.add_argument_group("burst")
+    group.add_argument("--sizes", default=None, help="burst sizes (500,2000)")
+    group.add_argument(
+        "--repeat",
+        default=None,
+        help="repetitions per burst size: one number for all, or one per size (2,1)",
     )
-    parser.add_argument(
-        "--clients", default=",".join(CLIENTS), help="raw clients for the ceiling: httpx2,aiohttp"
+    group.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    group.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="handler flavours at the first size: async,sync",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--big-variants",
+        default="async",
+        help="handler flavours at the other sizes (async; async,sync for all)",
+    )
+    group.add_argument(
         "--creators", type=int, default=32, help="concurrent creators in the burst (32)"
     )
-    parser.add_argument("--ceiling-concurrency", type=int, default=20)
-    parser.add_argument(
+    group.add_argument(
+        "--restart-after-burst",
+        action="store_true",
+        help="restart + idle window after each burst with the first handler flavour",
+    )
+    group = parser.add_argument_group("ceiling")
+    group.add_argument(
+        "--clients", default=",".join(CLIENTS), help="raw clients for the ceiling: httpx2,aiohttp"
+    )
+    group.add_argument("--ceiling-concurrency", type=int, default=20)
+    group.add_argument(
+        "--ceiling-sizes", default=None, help="sizes with a ceiling run (the first burst size)"
+    )
+    group.add_argument("--no-ceiling", action="store_true", help="skip the raw-client ceiling")
+    group = parser.add_argument_group("takeover, steady state, daemons, shutdown (0: skip)")
+    group.add_argument(
         "--idle",
         type=float,
         default=None,
-        help="idle window after a restart, seconds (60; 0: no idle window)",
+        help="idle window after every restart, seconds (60)",
     )
-    parser.add_argument("--no-restart", action="store_true", help="skip restart + idle")
-    parser.add_argument("--no-ceiling", action="store_true", help="skip the raw-client ceiling")
+    group.add_argument(
+        "--takeover-size",
+        type=int,
+        default=None,
+        help="never-handled objects an operator starts over; then restart + idle over them (2000)",
+    )
+    group.add_argument("--takeover-repeat", type=int, default=None, help="(1)")
+    group.add_argument(
+        "--takeover-idle",
+        type=float,
+        default=None,
+        help="idle window of the restart after the takeover, seconds (30)",
+    )
+    group.add_argument(
+        "--steady-sizes",
+        default=None,
+        help="pre-handled objects each framework restarts over, then idles (10000)",
+    )
+    group.add_argument("--steady-repeat", type=int, default=None, help="(1)")
+    group.add_argument(
+        "--background-size",
+        type=int,
+        default=None,
+        help="objects with a daemon and a timer each (1000)",
+    )
+    group.add_argument("--background-repeat", type=int, default=None, help="(1)")
+    group.add_argument(
+        "--background-window",
+        type=float,
+        default=None,
+        help="seconds measured while all daemons and timers run (60)",
+    )
+    group.add_argument(
+        "--shutdown-size",
+        type=int,
+        default=None,
+        help="handled objects, and objects with daemons, for the graceful-stop runs (100)",
+    )
+    group.add_argument("--shutdown-repeat", type=int, default=None, help="(2)")
     parser.add_argument(
         "--no-decode", action="store_true", help="skip the decoding micro-benchmark"
     )
@@ -1310,19 +1792,44 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=str(HERE / ".work"),
         help="operators' and load generators' logs (a subdirectory per run)",
     )
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the plan and its expected duration, and exit",
+    )
     args = parser.parse_args(argv)
-    quick = args.quick
-    args.sizes = [int(x) for x in (args.sizes or ("100" if quick else "500")).split(",") if x]
-    args.repeat = args.repeat or (1 if quick else 3)
-    args.idle = args.idle if args.idle is not None else (15.0 if quick else 60.0)
+    for option, (default, quick) in DEFAULTS.items():
+        if getattr(args, option) is None:
+            setattr(args, option, quick if args.quick else default)
+    try:
+        args.sizes = int_list(args.sizes)
+        repeats = int_list(args.repeat)
+        args.steady_sizes = int_list(args.steady_sizes)
+        args.ceiling_sizes = int_list(args.ceiling_sizes) if args.ceiling_sizes else args.sizes[:1]
+    except ValueError as exc:
+        parser.error(f"not a comma-separated list of numbers: {exc}")
+    if not args.sizes:  # --sizes "": no bursts
+        repeats = []
+    elif len(repeats) == 1:
+        repeats *= len(args.sizes)
+    if len(repeats) != len(args.sizes):
+        parser.error("--repeat: one number, or one per size of --sizes")
+    args.repeats = repeats
+    numbers = [*args.sizes, *repeats, *args.steady_sizes, *args.ceiling_sizes]
+    numbers += [args.takeover_size, args.takeover_repeat, args.steady_repeat]
+    numbers += [args.background_size, args.background_repeat, args.background_window]
+    numbers += [args.shutdown_size, args.shutdown_repeat, args.idle, args.takeover_idle]
+    if any(x < 0 for x in numbers):
+        parser.error("sizes, repetitions and windows cannot be negative")
     for option, allowed in (
         ("frameworks", FRAMEWORKS),
         ("variants", VARIANTS),
+        ("big_variants", VARIANTS),
         ("clients", CLIENTS),
     ):
         values = [x for x in getattr(args, option).split(",") if x]
         if not values or set(values) - set(allowed):
-            parser.error(f"--{option}: choose from {','.join(allowed)}")
+            parser.error(f"--{option.replace('_', '-')}: choose from {','.join(allowed)}")
         setattr(args, option, values)
     return args
 
@@ -1341,6 +1848,7 @@ async def bench_main(config: Config, cluster: Cluster, results: dict[str, Any]) 
             log(f"namespace {namespace}; logs in {config.work_dir}")
             bench = Bench(config, api, namespace)
             results["runs"] = bench.results
+            results["timings"] = bench.timings
             await bench.run()
             nursery.cancel_scope.cancel()
     finally:
@@ -1375,6 +1883,17 @@ def main(argv: list[str] | None = None) -> int:
             ["python benchmarks/run.py", *(sys.argv[1:] if argv is None else argv)]
         ),
     }
+    plan = estimate(args)
+    total = sum(seconds for _, seconds in plan)
+    log(
+        f"plan: {'; '.join(f'{what} ~{seconds / 60:.1f} min' for what, seconds in plan)}"
+        f"\n  expected duration: ~{total / 60:.0f} min on 2 cores"
+        + ("" if KUBE_BUILT.exists() else ", plus ~6 min to build kube-apiserver first")
+        + ("" if args.kopf_python or KOPF_VENV.exists() else ", plus ~1 min for Kopf's venv")
+    )
+    if args.estimate:
+        return 0
+    results["estimated_s"] = total
     needs_kopf = "kopf" in args.frameworks or ("aiohttp" in args.clients and not args.no_ceiling)
     kopf = kopf_python(args.kopf_python) if needs_kopf else None
     handle: ClusterHandle | None = None
@@ -1383,14 +1902,26 @@ def main(argv: list[str] | None = None) -> int:
         handle = start_cluster(args)
         config = Config(
             sizes=args.sizes,
-            repeat=args.repeat,
+            repeats=args.repeats,
             frameworks=args.frameworks,
             variants=args.variants,
+            big_variants=args.big_variants,
             clients=[c for c in args.clients if kopf or c != "aiohttp"],
             creators=args.creators,
             ceiling_concurrency=args.ceiling_concurrency,
-            restart=not args.no_restart,
+            ceiling_sizes=args.ceiling_sizes,
+            restart=args.restart_after_burst,
             idle=args.idle,
+            takeover_idle=args.takeover_idle,
+            takeover_size=args.takeover_size,
+            takeover_repeat=args.takeover_repeat,
+            steady_sizes=args.steady_sizes,
+            steady_repeat=args.steady_repeat,
+            background_size=args.background_size,
+            background_repeat=args.background_repeat,
+            background_window=args.background_window,
+            shutdown_size=args.shutdown_size,
+            shutdown_repeat=args.shutdown_repeat,
             ceiling=not args.no_ceiling,
             decode=not args.no_decode,
             decode_events=2000 if args.quick else 5000,
@@ -1431,6 +1962,7 @@ def main(argv: list[str] | None = None) -> int:
     markdown = report.render(results)
     # Partial results do not replace the published ones.
     out = work_dir if interrupted or "error" in results else Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "RESULTS.md").write_text(markdown)
     print(markdown)
@@ -1439,7 +1971,7 @@ def main(argv: list[str] | None = None) -> int:
         f"in {results['duration_s'] / 60:.1f} min"
     )
     runs = results.get("runs", {})
-    failures = [r for kind in ("burst", "restart", "ceiling") for r in runs.get(kind, [])]
+    failures = [r for kind in RUN_KINDS for r in runs.get(kind, [])]
     failed = any(not r.get("ok") for r in failures) or "error" in results
     return 130 if interrupted else (1 if failed else 0)
 
