@@ -166,3 +166,44 @@ def run_operator(kubeconfig: Path) -> Iterator[Any]:
     yield start
     for process in started:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def kopf_bin() -> str:
+    """Kopf's CLI from its own venv (``scripts/kopf-venv``, made on the first use)."""
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "kopf-venv")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    python = Path(result.stdout.strip().splitlines()[-1])
+    return str(python.parent / "kopf")
+
+
+def framework_operator_file(
+    tmp_path: Path, source: str, framework: str, stem: str = "operator"
+) -> str:
+    """Write ``source`` for Kopf (``import kopf``) or for us (``import trioperator as kopf``).
+
+    ``source`` is formatted with ``{import_line}`` and ``{framework}``.
+    """
+    import_line = "import kopf" if framework == "kopf" else "import trioperator as kopf"
+    path = tmp_path / f"{stem}_{framework}.py"
+    path.write_text(source.format(import_line=import_line, framework=framework))
+    return str(path)
+
+
+def start_trioperator(run_operator: Any, *args: str) -> OperatorProcess:
+    """``trioperator run --verbose ARGS``, once it is ready."""
+    process: OperatorProcess = run_operator(*args)
+    process.wait_for("The operator is ready")
+    return process
+
+
+def start_kopf(run_operator: Any, kopf_bin: str, *args: str) -> OperatorProcess:
+    """``kopf run --verbose ARGS``, once it watches the example objects."""
+    process: OperatorProcess = run_operator("--verbose", *args, command=[kopf_bin, "run"])
+    process.wait_for("Starting the watch-stream for kopfexamples")
+    return process

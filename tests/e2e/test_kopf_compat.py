@@ -6,13 +6,20 @@ operator source, once with ``import kopf`` and once with ``import trioperator as
 
 from __future__ import annotations
 
-import subprocess
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl
+from tests.e2e.conftest import (
+    EXAMPLES,
+    Kubectl,
+    OperatorProcess,
+    framework_operator_file,
+    start_kopf,
+    start_trioperator,
+)
 
 OPERATOR_SOURCE = """
 {import_line}
@@ -35,41 +42,21 @@ def delete_fn(name, **kwargs):
 """
 
 
-@pytest.fixture(scope="session")
-def kopf_bin() -> str:
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "kopf-venv")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    python = Path(result.stdout.strip().splitlines()[-1])
-    return str(python.parent / "kopf")
+def _start(
+    run_operator: Any, kopf_bin: str, framework: str, namespace: str, file: str
+) -> OperatorProcess:
+    if framework == "kopf":
+        return start_kopf(run_operator, kopf_bin, "--standalone", "-n", namespace, file)
+    return start_trioperator(run_operator, "-n", namespace, file)
 
 
 def _operator_file(tmp_path: Path, framework: str) -> str:
-    import_line = "import kopf" if framework == "kopf" else "import trioperator as kopf"
-    path = tmp_path / f"operator_{framework}.py"
-    path.write_text(OPERATOR_SOURCE.format(import_line=import_line, framework=framework))
-    return str(path)
+    return framework_operator_file(tmp_path, OPERATOR_SOURCE, framework)
 
 
-def _start(run_operator: Any, kopf_bin: str, framework: str, namespace: str, file: str) -> Any:
-    if framework == "kopf":
-        process = run_operator(
-            "--standalone",
-            "--verbose",
-            "-n",
-            namespace,
-            file,
-            command=[kopf_bin, "run"],
-        )
-        process.wait_for("Starting the watch-stream for kopfexamples")
-    else:
-        process = run_operator("-n", namespace, file)
-        process.wait_for("The operator is ready")
-    return process
+def _patch_field(kubectl: Kubectl, namespace: str, value: str) -> None:
+    patch = json.dumps({"spec": {"field": value}}, separators=(",", ":"))
+    kubectl("patch", "kopfexample", "kopf-example-1", "-n", namespace, "--type=merge", "-p", patch)
 
 
 @pytest.mark.parametrize(("first", "second"), [("kopf", "trioperator"), ("trioperator", "kopf")])
@@ -93,16 +80,7 @@ def test_switching_frameworks_reruns_nothing(
     assert obj["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
 
     new = _start(run_operator, kopf_bin, second, namespace, _operator_file(tmp_path, second))
-    kubectl(
-        "patch",
-        "kopfexample",
-        "kopf-example-1",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"field":"switched"}}',
-    )
+    _patch_field(kubectl, namespace, "switched")
     new.wait_for(r"Handler 'update_fn' succeeded")
     # The diff is relative to what the first framework stored: only the changed field.
     new.wait_for(r"UPDATE-CALLED \[\('change', \('spec', 'field'\), 'value', 'switched'\)\]")
@@ -121,24 +99,13 @@ def test_restart_reruns_nothing(
     example_crd: None, kubectl: Kubectl, namespace: str, run_operator: Any, tmp_path: Path
 ) -> None:
     file = _operator_file(tmp_path, "trioperator")
-    first = run_operator("-n", namespace, file)
-    first.wait_for("The operator is ready")
+    first = start_trioperator(run_operator, "-n", namespace, file)
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
     first.wait_for(r"Creation is processed")
     assert first.stop() == 0
 
-    second = run_operator("-n", namespace, file)
-    second.wait_for("The operator is ready")
-    kubectl(
-        "patch",
-        "kopfexample",
-        "kopf-example-1",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"field":"after-restart"}}',
-    )
+    second = start_trioperator(run_operator, "-n", namespace, file)
+    _patch_field(kubectl, namespace, "after-restart")
     second.wait_for(r"Handler 'update_fn' succeeded")
     assert second.stop() == 0
     assert second.count("CREATE-CALLED") == 0

@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import EXAMPLES, Kubectl
+from tests.e2e.conftest import EXAMPLES, Kubectl, OperatorProcess, start_trioperator
 
 SLOW_OPERATOR = """
 import trio
@@ -61,14 +61,31 @@ def wait_for_exit(operator: Any, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def start_slow(
+    tmp_path: Path,
+    kubectl: Kubectl,
+    namespace: str,
+    run_operator: Any,
+    *,
+    exit_timeout: float,
+    handler_seconds: float,
+) -> OperatorProcess:
+    """The slow operator, ready, with the example object created and its handler started."""
+    script = write(
+        tmp_path, SLOW_OPERATOR, EXIT_TIMEOUT=exit_timeout, HANDLER_SECONDS=handler_seconds
+    )
+    operator = start_trioperator(run_operator, "-n", namespace, str(script))
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
+    operator.wait_for("Slow handler started")
+    return operator
+
+
 def test_one_sigterm_lets_the_running_handler_finish_then_exits_0(
     tmp_path: Path, example_crd: None, kubectl: Kubectl, namespace: str, run_operator: Any
 ) -> None:
-    script = write(tmp_path, SLOW_OPERATOR, EXIT_TIMEOUT=60, HANDLER_SECONDS=4)
-    operator = run_operator("-n", namespace, str(script))
-    operator.wait_for("The operator is ready")
-    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
-    operator.wait_for("Slow handler started")
+    operator = start_slow(
+        tmp_path, kubectl, namespace, run_operator, exit_timeout=60, handler_seconds=4
+    )
 
     operator.process.send_signal(signal.SIGTERM)
     took = wait_for_exit(operator, timeout=60)
@@ -88,11 +105,9 @@ def test_one_sigterm_lets_the_running_handler_finish_then_exits_0(
 def test_a_second_sigint_ends_the_process_promptly(
     tmp_path: Path, example_crd: None, kubectl: Kubectl, namespace: str, run_operator: Any
 ) -> None:
-    script = write(tmp_path, SLOW_OPERATOR, EXIT_TIMEOUT=300, HANDLER_SECONDS=600)
-    operator = run_operator("-n", namespace, str(script))
-    operator.wait_for("The operator is ready")
-    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
-    operator.wait_for("Slow handler started")
+    operator = start_slow(
+        tmp_path, kubectl, namespace, run_operator, exit_timeout=300, handler_seconds=600
+    )
 
     operator.process.send_signal(signal.SIGINT)
     operator.wait_for("stopping gracefully")
@@ -115,8 +130,7 @@ def test_events_about_a_cluster_scoped_object_are_accepted_by_the_api(
     token = uuid.uuid4().hex[:12]
     kubectl("label", "namespace", namespace, f"e2e.trioperator.dev/events={token}")
     ns_uid = kubectl.get("namespace", namespace)["metadata"]["uid"]
-    operator = run_operator(str(write(tmp_path, EVENTS_OPERATOR, TOKEN=token)))
-    operator.wait_for("The operator is ready")
+    operator = start_trioperator(run_operator, str(write(tmp_path, EVENTS_OPERATOR, TOKEN=token)))
 
     def about_the_namespace() -> list[dict[str, Any]]:
         items = kubectl.get("events", "--all-namespaces").get("items", [])

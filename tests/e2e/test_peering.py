@@ -6,7 +6,6 @@ explicitly with ``--peering``), so tests running in parallel never see each othe
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl, OperatorProcess
+from tests.e2e.conftest import (
+    EXAMPLES,
+    ROOT,
+    Kubectl,
+    OperatorProcess,
+    framework_operator_file,
+    start_kopf,
+    start_trioperator,
+)
 
 PEERING = "e2e-peering"
 
@@ -54,24 +61,8 @@ def peering(peering_crds: None, kubectl: Kubectl, namespace: str) -> str:
     return PEERING
 
 
-@pytest.fixture(scope="session")
-def kopf_bin() -> str:
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "kopf-venv")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    python = Path(result.stdout.strip().splitlines()[-1])
-    return str(python.parent / "kopf")
-
-
 def _operator_file(tmp_path: Path, framework: str) -> str:
-    import_line = "import kopf" if framework == "kopf" else "import trioperator as kopf"
-    path = tmp_path / f"peering_operator_{framework}.py"
-    path.write_text(OPERATOR_SOURCE.format(import_line=import_line))
-    return str(path)
+    return framework_operator_file(tmp_path, OPERATOR_SOURCE, framework, "peering_operator")
 
 
 def _records(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
@@ -96,29 +87,57 @@ def _create(kubectl: Kubectl, namespace: str, name: str) -> None:
 def _start_trioperator(
     run_operator: Any, file: str, namespace: str, priority: int
 ) -> OperatorProcess:
-    process: OperatorProcess = run_operator(
-        "-n", namespace, "-P", PEERING, "-p", str(priority), file
+    return start_trioperator(
+        run_operator, "-n", namespace, "-P", PEERING, "-p", str(priority), file
     )
-    process.wait_for("The operator is ready")
-    return process
 
 
-def _start_kopf(
-    run_operator: Any, kopf_bin: str, file: str, namespace: str, priority: int
-) -> OperatorProcess:
-    process: OperatorProcess = run_operator(
-        "--verbose",
-        "-n",
-        namespace,
-        "-P",
-        PEERING,
-        "-p",
-        str(priority),
-        file,
-        command=[kopf_bin, "run"],
-    )
-    process.wait_for("Starting the watch-stream for kopfexamples")
-    return process
+def _start_ours_then_kopf(
+    run_operator: Any,
+    kopf_bin: str,
+    kubectl: Kubectl,
+    namespace: str,
+    tmp_path: Path,
+    *,
+    ours: int,
+    kopf: int,
+) -> tuple[OperatorProcess, OperatorProcess]:
+    """trioperator with priority ``ours``; once its record is there, Kopf with ``kopf``."""
+    ours_file = _operator_file(tmp_path, "trioperator")
+    ours_process = _start_trioperator(run_operator, ours_file, namespace, ours)
+    _wait(_record_count(kubectl, namespace, 1), "trioperator's record")
+    kopf_file = _operator_file(tmp_path, "kopf")
+    args = ("-n", namespace, "-P", PEERING, "-p", str(kopf), kopf_file)
+    return ours_process, start_kopf(run_operator, kopf_bin, *args)
+
+
+def _created_while_paused(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    serving: OperatorProcess,
+    paused: OperatorProcess,
+    timeout: float = 30,
+) -> None:
+    """An object created now is handled by ``serving`` and, in the next 3 s, not by ``paused``."""
+    _create(kubectl, namespace, name)
+    serving.wait_for(f"CREATE-CALLED {name}", timeout=timeout)
+    time.sleep(3)  # the paused one would have reacted within this time if it were not paused
+    assert paused.count("CREATE-CALLED") == 0
+
+
+def _created_after(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    process: OperatorProcess,
+    earlier: str,
+    timeout: float = 30,
+) -> None:
+    """An object created now is handled by ``process``; the ``earlier`` one is not (again)."""
+    _create(kubectl, namespace, name)
+    process.wait_for(f"CREATE-CALLED {name}", timeout=timeout)
+    assert process.count(f"CREATE-CALLED {earlier}") == 0
 
 
 def _record_count(kubectl: Kubectl, namespace: str, count: int) -> Callable[[], bool]:
@@ -142,18 +161,13 @@ def test_the_lower_priority_operator_waits_until_the_higher_one_stops(
     assert sorted(record["priority"] for record in records.values()) == [1, 10]
     assert all(set(record) == {"priority", "lifetime", "lastseen"} for record in records.values())
 
-    _create(kubectl, namespace, "while-high-runs")
-    high.wait_for("CREATE-CALLED while-high-runs")
-    time.sleep(3)  # the lower one would have reacted within this time if it were not paused
-    assert low.count("CREATE-CALLED") == 0
+    _created_while_paused(kubectl, namespace, "while-high-runs", high, low)
 
     assert high.stop() == 0
     _wait(lambda: len(_records(kubectl, namespace)) == 1, "the higher record removed on exit")
     low.wait_for("Resuming operations after the pause")
-    _create(kubectl, namespace, "after-high-stopped")
-    low.wait_for("CREATE-CALLED after-high-stopped")
     # The object handled by the higher operator is not handled again after the resume.
-    assert low.count("CREATE-CALLED while-high-runs") == 0
+    _created_after(kubectl, namespace, "after-high-stopped", low, "while-high-runs")
 
 
 def test_kopf_with_a_higher_priority_pauses_trioperator(
@@ -165,21 +179,16 @@ def test_kopf_with_a_higher_priority_pauses_trioperator(
     kopf_bin: str,
     tmp_path: Path,
 ) -> None:
-    ours = _start_trioperator(run_operator, _operator_file(tmp_path, "trioperator"), namespace, 0)
-    _wait(_record_count(kubectl, namespace, 1), "trioperator's record")
-    kopf = _start_kopf(run_operator, kopf_bin, _operator_file(tmp_path, "kopf"), namespace, 100)
+    ours, kopf = _start_ours_then_kopf(
+        run_operator, kopf_bin, kubectl, namespace, tmp_path, ours=0, kopf=100
+    )
     ours.wait_for(r"Pausing operations in favour of \[<Peer .*priority=100", timeout=60)
 
-    _create(kubectl, namespace, "while-kopf-runs")
-    kopf.wait_for("CREATE-CALLED while-kopf-runs", timeout=60)
-    time.sleep(3)
-    assert ours.count("CREATE-CALLED") == 0
+    _created_while_paused(kubectl, namespace, "while-kopf-runs", kopf, ours, timeout=60)
 
     kopf.stop()
     ours.wait_for("Resuming operations after the pause", timeout=60)
-    _create(kubectl, namespace, "after-kopf-stopped")
-    ours.wait_for("CREATE-CALLED after-kopf-stopped")
-    assert ours.count("CREATE-CALLED while-kopf-runs") == 0
+    _created_after(kubectl, namespace, "after-kopf-stopped", ours, "while-kopf-runs")
 
 
 def test_trioperator_with_a_higher_priority_pauses_kopf(
@@ -191,18 +200,13 @@ def test_trioperator_with_a_higher_priority_pauses_kopf(
     kopf_bin: str,
     tmp_path: Path,
 ) -> None:
-    ours = _start_trioperator(run_operator, _operator_file(tmp_path, "trioperator"), namespace, 100)
-    _wait(_record_count(kubectl, namespace, 1), "trioperator's record")
-    kopf = _start_kopf(run_operator, kopf_bin, _operator_file(tmp_path, "kopf"), namespace, 0)
+    ours, kopf = _start_ours_then_kopf(
+        run_operator, kopf_bin, kubectl, namespace, tmp_path, ours=100, kopf=0
+    )
     # Kopf (lower, mandatory peering) starts paused; its record shows it took part.
     _wait(_record_count(kubectl, namespace, 2), "Kopf's record", timeout=60)
 
-    _create(kubectl, namespace, "while-ours-runs")
-    ours.wait_for("CREATE-CALLED while-ours-runs")
-    time.sleep(3)
-    assert kopf.count("CREATE-CALLED") == 0
+    _created_while_paused(kubectl, namespace, "while-ours-runs", ours, kopf)
 
     assert ours.stop() == 0
-    _create(kubectl, namespace, "after-ours-stopped")
-    kopf.wait_for("CREATE-CALLED after-ours-stopped", timeout=60)
-    assert kopf.count("CREATE-CALLED while-ours-runs") == 0
+    _created_after(kubectl, namespace, "after-ours-stopped", kopf, "while-ours-runs", timeout=60)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 import trioperator as kopf
+from tests.integration.runtime.conftest import Running
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._runtime.operator import Operator
 from trioperator.testing import FakeAPI
@@ -31,8 +32,9 @@ ULTIMATE = "settings.process.ultimate_exiting_timeout"
 class Run:
     """An operator's ``main()`` in the test's nursery: when it ended, and how."""
 
-    def __init__(self, operator: Operator) -> None:
+    def __init__(self, operator: Operator, api: FakeAPI) -> None:
         self.operator = operator
+        self.api = api
         self.ended_at: float | None = None
         self.error: Exception | None = None
         self.finished = trio.Event()
@@ -58,6 +60,20 @@ class Run:
         assert self.ended_at is not None
         return self.ended_at
 
+    async def ready(self) -> None:
+        await self.wait_for(self.operator.ready_flag.is_set)
+
+    async def serve(self, obj: dict[str, Any], until: Callable[[], object]) -> None:
+        """Once ready, create the object in the fake API and wait until it is being handled."""
+        await self.ready()
+        self.api.create_object("kopfexamples", obj)
+        await self.wait_for(until)
+
+    async def stop(self) -> float:
+        """Request a graceful stop and wait until ``main()`` returns; when it did."""
+        self.operator.stop()
+        return await self.wait_until_finished()
+
 
 @pytest.fixture
 def start(
@@ -71,7 +87,7 @@ def start(
         operator = Operator(
             registry=registry, settings=settings, vault=vault, handle_signals=handle_signals
         )
-        run = Run(operator)
+        run = Run(operator, fake_api)
         nursery.start_soon(run.main)
         return run
 
@@ -87,6 +103,24 @@ async def signals_guarded() -> AsyncIterator[None]:
     """
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
         yield
+
+
+def _blocking_create(
+    registry: kopf.OperatorRegistry, seconds: float
+) -> tuple[list[float], list[float]]:
+    """A create handler sleeping for ``seconds``: when it started, and when it was cancelled."""
+    started: list[float] = []
+    cancelled: list[float] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> None:
+        started.append(trio.current_time())
+        try:
+            await trio.sleep(seconds)
+        finally:
+            cancelled.append(trio.current_time())
+
+    return started, cancelled
 
 
 # --------------------------------------------------------------------------------- startup
@@ -108,12 +142,11 @@ async def test_startup_handlers_run_and_retry_before_any_api_call(
 
     started_at = trio.current_time()
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
+    await run.ready()
     # Three attempts 10 s apart, and not one request to the API before the last one ended.
     assert attempts == [(started_at, 0), (started_at + 10, 0), (started_at + 20, 0)]
     assert [r.path for r in fake_api.requests if "watch" in r.query] != []
-    run.operator.stop()
-    await run.wait_until_finished()
+    await run.stop()
     assert run.error is None
 
 
@@ -168,7 +201,7 @@ async def test_startup_handlers_change_the_settings_in_effect(
         pass
 
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
+    await run.ready()
     fake_api.create_object(
         "kopfexamples",
         {"apiVersion": "kopf.dev/v1", "kind": "KopfExample", "metadata": {"name": "ex1"}},
@@ -185,8 +218,7 @@ async def test_startup_handlers_change_the_settings_in_effect(
     assert watches
     assert {r.query.get("timeoutSeconds") for r in watches} == {"123"}
     assert settings.watching.server_timeout == 123  # the operator's own settings object
-    run.operator.stop()
-    await run.wait_until_finished()
+    await run.stop()
 
 
 async def test_a_stop_during_the_startup_ends_the_operator_without_serving(
@@ -206,8 +238,7 @@ async def test_a_stop_during_the_startup_ends_the_operator_without_serving(
     run = start()
     await run.wait_for(lambda: len(attempts) == 2)
     stopped_at = trio.current_time()
-    run.operator.stop()
-    ended_at = await run.wait_until_finished()
+    ended_at = await run.stop()
     assert ended_at == pytest.approx(stopped_at, abs=0.05)
     assert run.error is None
     assert len(attempts) == 2
@@ -238,7 +269,7 @@ async def test_cleanup_runs_after_watchers_workers_and_the_last_handler_stopped(
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup_fn(**_: Any) -> None:
-        tasks = _task_names()
+        tasks = Running.tasks("")
         seen.append(
             {
                 "time": trio.current_time(),
@@ -251,12 +282,9 @@ async def test_cleanup_runs_after_watchers_workers_and_the_last_handler_stopped(
         )
 
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
-    fake_api.create_object("kopfexamples", obj)
-    await run.wait_for(lambda: _task_names("worker "))
+    await run.serve(obj, Running.workers)
     await trio.sleep(1)
-    run.operator.stop()
-    await run.wait_until_finished()
+    await run.stop()
 
     assert len(finished) == 1
     [cleanup] = seen
@@ -265,21 +293,6 @@ async def test_cleanup_runs_after_watchers_workers_and_the_last_handler_stopped(
     assert cleanup["workers"] == []
     # The handler's outcome was patched to the object before the cleanup began.
     assert cleanup["status"] == {"create_fn": "done"}
-
-
-def _task_names(prefix: str = "") -> list[str]:
-    """The names of the tasks alive now (from trio's task tree)."""
-    names: list[str] = []
-    pending = [trio.lowlevel.current_root_task()]
-    while pending:
-        task = pending.pop()
-        if task is None:
-            continue
-        if task.name.startswith(prefix):
-            names.append(task.name)
-        for nursery in task.child_nurseries:
-            pending.extend(nursery.child_tasks)
-    return names
 
 
 # ------------------------------------------------------------------------ signals: 2 phases
@@ -309,9 +322,7 @@ async def test_first_signal_stops_gracefully_and_a_running_handler_finishes(
 
     async with signals_guarded():
         run = start(handle_signals=True)
-        await run.wait_for(run.operator.ready_flag.is_set)
-        fake_api.create_object("kopfexamples", obj)
-        await run.wait_for(lambda: invoked)
+        await run.serve(obj, lambda: invoked)
         signalled_at = trio.current_time()
         signal.raise_signal(signum)
         await run.wait_for(run.operator.stop_flag.is_set)
@@ -340,22 +351,11 @@ async def test_a_running_handler_gets_only_the_exit_timeout_after_the_first_sign
     obj: dict[str, Any],
 ) -> None:
     settings.queueing.exit_timeout = 5
-    started: list[float] = []
-    cancelled: list[float] = []
-
-    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
-    async def create_fn(**_: Any) -> None:
-        started.append(trio.current_time())
-        try:
-            await trio.sleep(100)
-        finally:
-            cancelled.append(trio.current_time())
+    started, cancelled = _blocking_create(registry, 100)
 
     async with signals_guarded():
         run = start(handle_signals=True)
-        await run.wait_for(run.operator.ready_flag.is_set)
-        fake_api.create_object("kopfexamples", obj)
-        await run.wait_for(lambda: started)
+        await run.serve(obj, lambda: started)
         signalled_at = trio.current_time()
         signal.raise_signal(signal.SIGTERM)
         ended_at = await run.wait_until_finished()
@@ -375,22 +375,11 @@ async def test_second_signal_cancels_a_long_handler_now(
     logs: Any,
 ) -> None:
     settings.queueing.exit_timeout = 100
-    started: list[float] = []
-    cancelled: list[float] = []
-
-    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
-    async def create_fn(**_: Any) -> None:
-        started.append(trio.current_time())
-        try:
-            await trio.sleep(1000)
-        finally:
-            cancelled.append(trio.current_time())
+    started, cancelled = _blocking_create(registry, 1000)
 
     async with signals_guarded():
         run = start(handle_signals=True)
-        await run.wait_for(run.operator.ready_flag.is_set)
-        fake_api.create_object("kopfexamples", obj)
-        await run.wait_for(lambda: started)
+        await run.serve(obj, lambda: started)
         signal.raise_signal(signal.SIGINT)
         await run.wait_for(run.operator.stop_flag.is_set)
         await trio.sleep(2)
@@ -423,7 +412,7 @@ async def test_second_signal_cancels_the_cleanup_too(
 
     async with signals_guarded():
         run = start(handle_signals=True)
-        await run.wait_for(run.operator.ready_flag.is_set)
+        await run.ready()
         signal.raise_signal(signal.SIGTERM)
         await run.wait_for(lambda: cleanup)
         await trio.sleep(1)
@@ -440,7 +429,6 @@ async def test_second_signal_cancels_the_cleanup_too(
 
 async def test_ultimate_exiting_timeout_cancels_a_slow_graceful_stop(
     autojump_clock: Any,
-    fake_api: FakeAPI,
     registry: kopf.OperatorRegistry,
     settings: kopf.OperatorSettings,
     start: Callable[..., Run],
@@ -449,23 +437,13 @@ async def test_ultimate_exiting_timeout_cancels_a_slow_graceful_stop(
 ) -> None:
     settings.queueing.exit_timeout = 100  # the graceful stop alone would take this long
     settings.process.ultimate_exiting_timeout = 30
-    cancelled: list[float] = []
-
-    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
-    async def create_fn(**_: Any) -> None:
-        try:
-            await trio.sleep(1000)
-        finally:
-            cancelled.append(trio.current_time())
+    _, cancelled = _blocking_create(registry, 1000)
 
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
-    fake_api.create_object("kopfexamples", obj)
-    await run.wait_for(lambda: _task_names("worker "))
+    await run.serve(obj, Running.workers)
     await trio.sleep(1)
     stopped_at = trio.current_time()
-    run.operator.stop()
-    ended_at = await run.wait_until_finished()
+    ended_at = await run.stop()
 
     assert run.error is None
     assert logs.times(ULTIMATE) == [stopped_at + 30]
@@ -481,7 +459,6 @@ async def test_ultimate_exiting_timeout_cancels_a_slow_graceful_stop(
 
 async def test_ultimate_exiting_timeout_has_kopfs_default_of_10_minutes(
     autojump_clock: Any,
-    fake_api: FakeAPI,
     registry: kopf.OperatorRegistry,
     settings: kopf.OperatorSettings,
     start: Callable[..., Run],
@@ -495,9 +472,7 @@ async def test_ultimate_exiting_timeout_has_kopfs_default_of_10_minutes(
         await trio.sleep(5000)
 
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
-    fake_api.create_object("kopfexamples", obj)
-    await run.wait_for(lambda: _task_names("worker "))
+    await run.serve(obj, Running.workers)
     stopped_at = trio.current_time()
     run.operator.stop()
     await trio.sleep(590)  # one sleep, not 59,000 polls
@@ -527,9 +502,7 @@ async def test_ultimate_exiting_timeout_none_waits_for_the_graceful_stop(
         return "done"
 
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
-    fake_api.create_object("kopfexamples", obj)
-    await run.wait_for(lambda: started)
+    await run.serve(obj, lambda: started)
     run.operator.stop()
     await trio.sleep(started[0] + 1490 - trio.current_time())  # one sleep, not 149,000 polls
     assert not run.finished.is_set()
@@ -559,10 +532,9 @@ async def test_ultimate_exiting_timeout_set_by_a_startup_handler_bounds_the_clea
         cleanup.append(trio.current_time())
 
     run = start()
-    await run.wait_for(run.operator.ready_flag.is_set)
+    await run.ready()
     stopped_at = trio.current_time()
-    run.operator.stop()
-    ended_at = await run.wait_until_finished()
+    ended_at = await run.stop()
     assert len(cleanup) == 1  # started, never finished
     assert logs.times(ULTIMATE) == [stopped_at + 20]
     assert ended_at == pytest.approx(stopped_at + 20, abs=0.05)

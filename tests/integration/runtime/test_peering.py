@@ -31,6 +31,22 @@ async def fake_api(fake_api: FakeAPI) -> FakeAPI:
     return fake_api
 
 
+@pytest.fixture
+def created(registry: kopf.OperatorRegistry) -> list[str]:
+    """The names of the objects a create handler (registered here) has been called for."""
+    names: list[str] = []
+
+    @kopf.on.create("kopfexamples", registry=registry)
+    def fn(name: str, **_: Any) -> None:
+        names.append(name)
+
+    return names
+
+
+def _vault(api: FakeAPI) -> Vault:
+    return Vault({"fake": ConnectionInfo(server=api.url, token="fake")})
+
+
 def _create_peering(api: FakeAPI, name: str = "default") -> None:
     body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
     api.create_object(CLUSTER, body)
@@ -70,13 +86,10 @@ async def _until(predicate: Any) -> None:
             await trio.sleep(0.01)
 
 
+@pytest.mark.usefixtures("created")
 async def test_the_operator_keeps_its_record_alive_and_removes_it_on_exit(
-    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, fake_api: FakeAPI
+    autojump_clock: Any, run_operator: Any, fake_api: FakeAPI
 ) -> None:
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(**_: Any) -> None:
-        pass
-
     _create_peering(fake_api)
     running = await run_operator()
     identity = running.operator.identity
@@ -103,16 +116,10 @@ async def test_the_operator_keeps_its_record_alive_and_removes_it_on_exit(
 async def test_a_higher_priority_peer_pauses_handling_until_it_leaves(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     fake_api: FakeAPI,
     logs: Any,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     _create_peering(fake_api)
     running = await run_operator()
     running.create(name="before")
@@ -137,16 +144,10 @@ async def test_a_higher_priority_peer_pauses_handling_until_it_leaves(
 async def test_a_higher_priority_peer_that_stops_renewing_expires_and_is_cleaned(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     fake_api: FakeAPI,
     logs: Any,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     _create_peering(fake_api)
     running = await run_operator()
     _put_peer(running, "crashed@elsewhere", priority=5, lifetime=30)
@@ -164,17 +165,11 @@ async def test_a_higher_priority_peer_that_stops_renewing_expires_and_is_cleaned
 async def test_lower_priority_peers_and_own_leftovers_do_not_pause(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     settings: kopf.OperatorSettings,
     fake_api: FakeAPI,
     logs: Any,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     settings.peering.priority = 10
     _create_peering(fake_api)
     running = await run_operator()
@@ -188,16 +183,10 @@ async def test_lower_priority_peers_and_own_leftovers_do_not_pause(
 async def test_a_peer_with_the_same_priority_pauses_with_a_warning(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     fake_api: FakeAPI,
     logs: Any,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     _create_peering(fake_api)
     running = await run_operator()
     _put_peer(running, "twin@elsewhere", priority=0)
@@ -248,17 +237,11 @@ async def test_daemons_stop_while_paused_and_start_again_after(
 async def test_mandatory_peering_waits_for_its_object(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     settings: kopf.OperatorSettings,
     fake_api: FakeAPI,
     logs: Any,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     settings.peering.name = "mine"
     settings.peering.mandatory = True
     running = await run_operator()  # ready (started), but paused from the very beginning
@@ -273,14 +256,8 @@ async def test_mandatory_peering_waits_for_its_object(
 
 
 async def test_optional_peering_without_an_object_does_not_pause(
-    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, fake_api: FakeAPI
+    autojump_clock: Any, run_operator: Any, created: list[str], fake_api: FakeAPI
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     running = await run_operator()  # the CRDs exist, the "default" object does not
     running.create(name="served")
     await running.wait_for(lambda: created == ["served"])
@@ -289,16 +266,10 @@ async def test_optional_peering_without_an_object_does_not_pause(
 async def test_standalone_operators_neither_write_records_nor_pause(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     settings: kopf.OperatorSettings,
     fake_api: FakeAPI,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     settings.peering.standalone = True
     _create_peering(fake_api)
     running = await run_operator()
@@ -312,16 +283,10 @@ async def test_standalone_operators_neither_write_records_nor_pause(
 async def test_a_forbidden_peering_watch_is_reported_and_retried_without_stopping_the_operator(
     autojump_clock: Any,
     run_operator: Any,
-    registry: kopf.OperatorRegistry,
+    created: list[str],
     fake_api: FakeAPI,
     logs: Any,
 ) -> None:
-    created: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        created.append(name)
-
     _create_peering(fake_api)
     forbidden = fake_api.inject("GET", f"*/{CLUSTER}", status=403, times=None)
     running = await run_operator()
@@ -354,7 +319,7 @@ async def test_namespaced_operators_peer_in_every_served_namespace_and_pause_as_
         fake_api.create_object(
             "kopfpeerings", {**body, "metadata": {"name": "team", "namespace": namespace}}
         )
-    vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
+    vault = _vault(fake_api)
     operator = Operator(
         registry=registry,
         settings=settings,
@@ -391,15 +356,12 @@ async def test_namespaced_operators_peer_in_every_served_namespace_and_pause_as_
     assert identity not in records("ns2")
 
 
+@pytest.mark.usefixtures("created")
 async def test_embedded_operators_take_the_peering_options(
     autojump_clock: Any, registry: kopf.OperatorRegistry, fake_api: FakeAPI
 ) -> None:
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(**_: Any) -> None:
-        pass
-
     _create_peering(fake_api, "embedded")
-    vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
+    vault = _vault(fake_api)
     ready, stop = trio.Event(), trio.Event()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
