@@ -58,6 +58,7 @@ import trio
 
 from trioperator._engine.bodies import Body, RawEvent
 from trioperator._engine.causes import ResourceCause, SpawningCause, is_deletion_ongoing
+from trioperator._engine.finalizers import is_deletion_blocked
 from trioperator._engine.handlers import DaemonHandler, SpawningHandler, TimerHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.patches import Patch
@@ -675,9 +676,15 @@ async def process_spawning(
         if daemon.handler.id not in matching and not daemon.stopper.is_set():
             objlogger.debug(f"{daemon.handler} does not match the filters any more; stopping it.")
             keeper.stop(daemon, Reason.FILTERS_MISMATCH)
-    for handler in handlers:
-        if handler.id not in daemons.running:
-            keeper.spawn(handler, memory, objlogger)
+    missing = [handler for handler in handlers if handler.id not in daemons.running]
+    finalizer = ctx.settings.persistence.finalizer
+    if any(h.requires_finalizer for h in missing) and not is_deletion_blocked(raw, finalizer):
+        # As in Kopf: new daemons start only once our finalizer is on the object, so that its
+        # deletion always waits for them. The patch adding it is on its way (the same cycle
+        # has just sent it); its echo on the stream brings this function back here.
+        return
+    for handler in missing:
+        keeper.spawn(handler, memory, objlogger)
 
 
 async def settle_daemons(

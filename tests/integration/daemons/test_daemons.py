@@ -625,3 +625,24 @@ def test_sync_flag_waits_in_the_thread() -> None:
     threading.Timer(0.05, stopper.set, args=(Reason.OPERATOR_EXITING,)).start()
     assert stopped.wait(10)
     assert stopped.reason == Reason.OPERATOR_EXITING
+
+
+async def test_daemons_start_only_once_the_finalizer_is_on_the_object(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    # Otherwise a deletion right after the creation would not wait for the daemon.
+    finalizers_at_start: list[list[str]] = []
+
+    @kopf.daemon("kopfexamples", id="monitor", registry=registry)
+    async def monitor(stopped: DaemonStopped, **_: Any) -> None:
+        finalizers_at_start.append(list(running.obj()["metadata"].get("finalizers", [])))
+        await stopped.wait()
+
+    @kopf.timer("kopfexamples", id="ticker", interval=1, registry=registry)
+    async def ticker(**_: Any) -> None:
+        finalizers_at_start.append(list(running.obj()["metadata"].get("finalizers", [])))
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: len(finalizers_at_start) >= 2)
+    assert all(FINALIZER in finalizers for finalizers in finalizers_at_start)
