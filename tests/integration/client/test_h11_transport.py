@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 import pytest
 import trio
+import trustme
 from trio.testing import MockClock
 from trioperator._client.credentials import ConnectionInfo
 from trioperator._client.errors import APIConnectionError, APITimeoutError
@@ -361,3 +363,117 @@ def server_head(request: bytes) -> list[str]:
         lines[0],
         *(line.split(": ", 1)[0].lower() + ": " + line.split(": ", 1)[1] for line in lines[1:]),
     ]
+
+
+# ---------------------------------------------------------------- TLS (the transport's own stream)
+
+
+class TLSRawServer(RawServer):
+    """The same scripted server behind TLS; ``raw_close`` drops TCP without a TLS goodbye."""
+
+    def __init__(self, handler: Handler, ca: trustme.CA) -> None:
+        super().__init__(handler)
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(self.context)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        tls = trio.SSLStream(stream, self.context, server_side=True, https_compatible=True)
+        await super().serve(tls)  # type: ignore[arg-type]  # a Stream like any other here
+
+
+async def raw_close(stream: trio.SSLStream[trio.SocketStream]) -> None:
+    await stream.transport_stream.aclose()
+
+
+async def start_tls(nursery: trio.Nursery, handler: Handler, ca: trustme.CA) -> TLSRawServer:
+    server = TLSRawServer(handler, ca)
+    listeners = await nursery.start(partial(trio.serve_tcp, server.serve, 0, host="127.0.0.1"))
+    server.port = listeners[0].socket.getsockname()[1]
+    return server
+
+
+def tls_session(server: TLSRawServer, ca: trustme.CA) -> HTTPSession:
+    return HTTPSession(ConnectionInfo(server=server.url, ca_data=ca.cert_pem.bytes()))
+
+
+async def test_tls_stream_of_many_small_records_then_keep_alive(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    ca = trustme.CA()
+    lines = [b'{"type": "ADDED", "n": %d}' % i for i in range(300)]
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        if request.startswith(b"GET /watch"):
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            for line in lines:  # one TLS record per event, as the API server sends them
+                await stream.send_all(b"%x\r\n%s\n\r\n" % (len(line) + 1, line))
+            await stream.send_all(b"0\r\n\r\n")
+            return True
+        return False
+
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    try:
+        received = []
+        for _ in range(2):
+            async with http.stream("GET", "/watch") as stream:
+                await trio.sleep(1)  # every record arrives before the first read: batched reads
+                received.append([line async for line in stream.lines()])
+    finally:
+        await http.aclose()
+    assert received == [lines, lines]
+    assert server.connections == 1  # the first stream was read to its end: reused
+
+
+async def test_tls_ragged_end_of_a_close_delimited_body_is_its_end(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    ca = trustme.CA()
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello, ")
+        await stream.send_all(b"world")
+        await raw_close(stream)  # type: ignore[arg-type]
+        return False
+
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    try:
+        response = await http.request("GET", "/")
+    finally:
+        await http.aclose()
+    assert (response.status, response.body) == (200, b"hello, world")
+
+
+async def test_tls_connection_dropped_mid_body_is_a_connection_error(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    ca = trustme.CA()
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+        await raw_close(stream)  # type: ignore[arg-type]
+        return False
+
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    try:
+        with pytest.raises(APIConnectionError, match=r"GET https://127\.0\.0\.1:\d+/x: .*ended"):
+            await http.request("GET", "/x")
+        # The next request gets a new connection and its complete answer.
+        with pytest.raises(APIConnectionError):
+            await http.request("GET", "/y")
+    finally:
+        await http.aclose()
+    assert server.connections == 2
