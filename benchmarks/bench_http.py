@@ -32,6 +32,7 @@ import pstats
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -320,9 +321,13 @@ def kubeconfig(args: argparse.Namespace) -> str:
     return out.stdout.strip()
 
 
+# Certificates written out of an inline kubeconfig; removed when the process exits.
+_SCRATCH = tempfile.TemporaryDirectory(prefix="bench-http-")
+
+
 async def writer_main(args: argparse.Namespace) -> None:
     """The child of the watch phase: n merge-patches with the lean client."""
-    cluster = load_cluster(kubeconfig(args))
+    cluster = load_cluster(kubeconfig(args), tmp_dir=_SCRATCH.name)
     namespace = args.writer
     async with h11_client(cluster) as (patch, _):
         names = [f"obj-{i}" for i in range(args.objects)]
@@ -333,7 +338,7 @@ async def main(args: argparse.Namespace) -> None:
     global _KUBECONFIG
     _KUBECONFIG = kubeconfig(args)
     args.kubeconfig = _KUBECONFIG
-    cluster = load_cluster(_KUBECONFIG)
+    cluster = load_cluster(_KUBECONFIG, tmp_dir=_SCRATCH.name)
     variants = [v for v in args.variants.split(",") if v]
     if "httpx2-h2" in variants and importlib.util.find_spec("h2") is None:
         print("httpx2-h2: skipped, the h2 package is not installed", file=sys.stderr)
