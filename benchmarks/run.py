@@ -602,6 +602,34 @@ class HandledWatch:
                     self.harness_calls["WATCH"] += 1
 
 
+def handled_figures(
+    n: int,
+    memory: dict[str, float],
+    calls: dict[str, Any],
+    watch: HandledWatch,
+    usage: dict[str, float],
+) -> dict[str, Any]:
+    """The figures every "N objects handled" run reports: memory, API calls, CPU account."""
+    by_verb = calls["by_verb"]
+    return {
+        "peak_rss_mib": memory.get("VmHWM"),
+        "rss_after_mib": memory.get("VmRSS"),
+        "calls": calls,
+        "calls_per_object": {k: v / n for k, v in by_verb.items()},
+        "calls_total_per_object": sum(by_verb.values()) / n,
+        "handled_by": dict(watch.handled_by),
+        **usage_figures(usage, n),
+    }
+
+
+def check_handled_by(result: dict[str, Any], watch: HandledWatch, framework: str) -> None:
+    """A run fails if any object shows another framework's result (a leftover operator)."""
+    wrong = {k: v for k, v in watch.handled_by.items() if k != framework}
+    if wrong:
+        result["ok"] = False
+        result["error"] = f"objects handled by someone else: {wrong}"
+
+
 # ------------------------------------------------------------------------------ the benchmark
 @dataclasses.dataclass
 class Config:
@@ -962,18 +990,9 @@ class Bench:
                         cpu_s=cpu1 - cpu0,
                         cpu_s_until_handled=cpu_done - cpu0,
                         cpu_ms_per_object=(cpu1 - cpu0) * 1000 / n,
-                        peak_rss_mib=memory.get("VmHWM"),
-                        rss_after_mib=memory.get("VmRSS"),
-                        calls=calls,
-                        calls_per_object={k: v / n for k, v in by_verb.items()},
-                        calls_total_per_object=sum(by_verb.values()) / n,
-                        handled_by=dict(watch.handled_by),
-                        **usage_figures(usage, n),
+                        **handled_figures(n, memory, calls, watch, usage),
                     )
-                    wrong = {k: v for k, v in watch.handled_by.items() if k != framework}
-                    if wrong:
-                        result["ok"] = False
-                        result["error"] = f"objects handled by someone else: {wrong}"
+                    check_handled_by(result, watch, framework)
                     log(
                         f"  {framework}/{variant}: {result['objects_per_s']:.1f} objects/s, "
                         f"CPU {result['cpu_ms_per_object']:.2f} ms/object, "
@@ -1178,7 +1197,6 @@ class Bench:
                     m1, cpu1, _ = await self.settle(process.pid)
                     memory = proc_memory(process.pid)
                     calls = self.calls_by_operator(m1, m0, watch, harness0)
-                    by_verb = calls["by_verb"]
                     elapsed = max(times) - spawned
                     result.update(
                         ok=True,
@@ -1187,18 +1205,9 @@ class Bench:
                         objects_per_s=n / elapsed,
                         cpu_s=cpu1,
                         cpu_ms_per_object=cpu1 * 1000 / n,
-                        peak_rss_mib=memory.get("VmHWM"),
-                        rss_after_mib=memory.get("VmRSS"),
-                        calls=calls,
-                        calls_per_object={k: v / n for k, v in by_verb.items()},
-                        calls_total_per_object=sum(by_verb.values()) / n,
-                        handled_by=dict(watch.handled_by),
-                        **usage_figures(usage, n),
+                        **handled_figures(n, memory, calls, watch, usage),
                     )
-                    wrong = {k: v for k, v in watch.handled_by.items() if k != framework}
-                    if wrong:
-                        result["ok"] = False
-                        result["error"] = f"objects handled by someone else: {wrong}"
+                    check_handled_by(result, watch, framework)
                     log(
                         f"  {framework}: all {n} handled {elapsed:.2f}s after the start "
                         f"({result['objects_per_s']:.1f} objects/s), CPU "
