@@ -114,6 +114,17 @@ def run_error(exc: BaseException) -> str | None:
     return None
 
 
+def record_failure(result: dict[str, Any], exc: BaseException) -> None:
+    """Inside ``except``: note a failed run in its result (and the log), so that the benchmark
+    goes on with the next run; re-raise what is not a run failure (Ctrl-C, a bug here)."""
+    error = run_error(exc)
+    if error is None:
+        raise exc
+    result["ok"] = False
+    result["error"] = error
+    log(f"  FAILED: {error}")
+
+
 def interrupt_in(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(interrupt_in(inner) for inner in exc.exceptions)
@@ -890,11 +901,7 @@ class Bench:
                 f"(creates: {result['create_per_s']:.1f}/s)"
             )
         except BaseException as exc:
-            error = run_error(exc)
-            if error is None:
-                raise
-            result["error"] = error
-            log(f"  FAILED: {error}")
+            record_failure(result, exc)
         finally:
             with trio.CancelScope(shield=True):
                 await self.api.delete_all_objects(self.namespace)
@@ -1006,12 +1013,7 @@ class Bench:
                     await self.restart_run(framework, variant, n, rep, watch)
                 nursery.cancel_scope.cancel()
         except BaseException as exc:
-            error = run_error(exc)
-            if error is None:
-                raise
-            result["ok"] = False
-            result["error"] = error
-            log(f"  FAILED: {error}")
+            record_failure(result, exc)
         finally:
             with trio.CancelScope(shield=True):
                 await self.api.delete_all_objects(self.namespace)
@@ -1112,11 +1114,7 @@ class Bench:
             if patches:
                 log(f"  note: {framework} patched {patches} times on a restart with nothing to do")
         except BaseException as exc:
-            error = run_error(exc)
-            if error is None:
-                raise
-            result["error"] = error
-            log(f"  FAILED: {error}")
+            record_failure(result, exc)
         finally:
             result.update(await stop_process(process))
             result["log_findings"] = log_findings(log_path)
@@ -1224,12 +1222,7 @@ class Bench:
                     )
                 nursery.cancel_scope.cancel()
         except BaseException as exc:
-            error = run_error(exc)
-            if error is None:
-                raise
-            result["ok"] = False
-            result["error"] = error
-            log(f"  FAILED: {error}")
+            record_failure(result, exc)
         finally:
             with trio.CancelScope(shield=True):
                 await self.api.delete_all_objects(self.namespace)
@@ -1359,12 +1352,7 @@ class Bench:
                 result["log_findings"] = log_findings(log_path)
                 log(f"  graceful stop with {n} daemons: {result['stop_s']:.2f}s")
         except BaseException as exc:
-            error = run_error(exc)
-            if error is None:
-                raise
-            result["ok"] = False
-            result["error"] = error
-            log(f"  FAILED: {error}")
+            record_failure(result, exc)
         finally:
             with trio.CancelScope(shield=True):
                 await self.api.delete_all_objects(self.namespace)
