@@ -27,6 +27,7 @@ from trioperator._engine.diffs import Diff as Diff
 from trioperator._engine.diffs import DiffItem as DiffItem
 from trioperator._engine.diffs import DiffOperation as DiffOperation
 from trioperator._engine.errors import ActivityError as ActivityError
+from trioperator._engine.errors import AdmissionError as AdmissionError
 from trioperator._engine.errors import ErrorsMode as ErrorsMode
 from trioperator._engine.errors import HandlerRetriesError as HandlerRetriesError
 from trioperator._engine.errors import HandlerTimeoutError as HandlerTimeoutError
@@ -81,6 +82,7 @@ from trioperator.on import timer as timer
 __all__ = [
     "ABSENT",
     "ActivityError",
+    "AdmissionError",
     "Annotations",
     "AnnotationsDiffBaseStorage",
     "AnnotationsProgressStorage",

@@ -16,7 +16,7 @@ KOPF_NAMES = [
     "Body", "Spec", "Meta", "Status", "Labels", "Annotations", "RawBody", "RawEvent", "Patch",
     # Errors.
     "PermanentError", "TemporaryError", "HandlerTimeoutError", "HandlerRetriesError",
-    "ErrorsMode", "ActivityError",
+    "ErrorsMode", "ActivityError", "AdmissionError",
     # Causes, settings, resources, filters, ids.
     "Reason", "OperatorSettings", "Resource", "EVERYTHING", "PRESENT", "ABSENT",
     "all_", "any_", "none_", "not_", "HandlerId", "FieldSpec", "FieldPath",
