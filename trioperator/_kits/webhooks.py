@@ -12,7 +12,11 @@ certificates) is ``trioperator._runtime.webhook_serving``.
   (for tunnels and curl: the API server calls only HTTPS webhooks).
 * :class:`WebhookK3dServer`, :class:`WebhookMinikubeServer`,
   :class:`WebhookDockerDesktopServer` are the same server advertised under the host name by
-  which those local clusters reach their host machine.
+  which those local clusters reach their host machine; :class:`WebhookAutoServer` picks one of
+  those names by detecting the cluster (``trioperator._kits.cluster_detection``).
+* :class:`WebhookNgrokTunnel` serves plain HTTP locally and advertises an ngrok tunnel's public
+  URL (``pip install trioperator[ngrok]``); :class:`WebhookAutoTunnel` is the auto-server for a
+  recognised local cluster and the ngrok tunnel otherwise.
 
 Any other server or tunnel can be a plain async generator in Kopf's shape: a callable that
 takes the operator's ``WebhookFn`` and yields ``WebhookClientConfig`` dicts (a ``url`` or a
@@ -35,18 +39,34 @@ import os
 import pathlib
 import ssl
 from collections.abc import Iterable
-from typing import ClassVar, TypeAlias
+from functools import partial
+from typing import Any, ClassVar, TypeAlias
+from urllib.parse import urlsplit
 
 import trio
 
 from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
-from trioperator._runtime.webhook_serving import ServingSetup, build_url, serve_webhooks
+from trioperator._kits.cluster_detection import (
+    DOCKER_DESKTOP_HOST,
+    K3D_HOST,
+    MINIKUBE_HOST,
+    detect_cluster_host,
+)
+from trioperator._runtime.webhook_serving import (
+    ServingSetup,
+    build_url,
+    serve_translated,
+    serve_webhooks,
+)
 
 __all__ = [
     "MissingDependencyError",
+    "WebhookAutoServer",
+    "WebhookAutoTunnel",
     "WebhookDockerDesktopServer",
     "WebhookK3dServer",
     "WebhookMinikubeServer",
+    "WebhookNgrokTunnel",
     "WebhookServer",
     "accessible_addr",
     "certificate_hostnames",
@@ -187,6 +207,8 @@ class WebhookServer:
         self.verify_capath = verify_capath
         self.verify_cadata = verify_cadata
         self.file_check_interval = file_check_interval
+        # The host name used when `host` is not given: the class's, or a detected one.
+        self._default_host: str | None = self.DEFAULT_HOST
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
@@ -194,7 +216,7 @@ class WebhookServer:
     @property
     def public_host(self) -> str:
         """The host name in the advertised URL."""
-        return self.host or self.DEFAULT_HOST or accessible_addr(self.addr)
+        return self.host or self._default_host or accessible_addr(self.addr)
 
     @property
     def root_path(self) -> str:
@@ -282,7 +304,7 @@ class WebhookServer:
                 "insecure=True for plain HTTP."
             ) from None
         hostnames = certificate_hostnames(
-            self.host or self.DEFAULT_HOST, self.addr, self.extra_sans
+            self.host or self._default_host, self.addr, self.extra_sans
         )
         logger.debug("Generating a self-signed certificate for %s", ", ".join(hostnames))
         ca = trustme.CA(organization_name="trioperator webhooks")
@@ -296,16 +318,174 @@ class WebhookServer:
 class WebhookK3dServer(WebhookServer):
     """A :class:`WebhookServer` that K3d/K3s clusters reach as ``host.k3d.internal``."""
 
-    DEFAULT_HOST: ClassVar[str | None] = "host.k3d.internal"
+    DEFAULT_HOST: ClassVar[str | None] = K3D_HOST
 
 
 class WebhookMinikubeServer(WebhookServer):
     """A :class:`WebhookServer` that Minikube clusters reach as ``host.minikube.internal``."""
 
-    DEFAULT_HOST: ClassVar[str | None] = "host.minikube.internal"
+    DEFAULT_HOST: ClassVar[str | None] = MINIKUBE_HOST
 
 
 class WebhookDockerDesktopServer(WebhookServer):
     """A :class:`WebhookServer` that Docker Desktop reaches as ``host.docker.internal``."""
 
-    DEFAULT_HOST: ClassVar[str | None] = "host.docker.internal"
+    DEFAULT_HOST: ClassVar[str | None] = DOCKER_DESKTOP_HOST
+
+
+class WebhookAutoServer(WebhookServer):
+    """A :class:`WebhookServer` advertised under the host name of the detected local cluster.
+
+    K3d/K3s, Minikube and Docker Desktop are recognised (see
+    ``trioperator._kits.cluster_detection``) when the server starts; for any other cluster it
+    is a plain local server. It never tunnels: see :class:`WebhookAutoTunnel` for that.
+    """
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        detected = await detect_cluster_host()
+        if detected is None:
+            logger.info("No known local cluster detected: serving webhooks as a local server.")
+        else:
+            logger.info(f"A local cluster detected: it reaches the webhooks at {detected}.")
+            self._default_host = detected
+        await super().serve(fn, configs=configs, task_status=task_status)
+
+
+class WebhookNgrokTunnel:
+    """Admission reviews through an ngrok_ tunnel to a local plain-HTTP :class:`WebhookServer`.
+
+    .. _ngrok: https://ngrok.com/
+
+    ``addr``, ``port``, ``path`` are those of the local server. ``token`` (for paid plans),
+    ``region`` and ``binary`` (the ``ngrok`` executable; else pyngrok downloads one) configure
+    pyngrok (``pip install trioperator[ngrok]``). The advertised URL is the tunnel's public
+    HTTPS URL with the same path and no CA bundle (ngrok's certificates are publicly trusted).
+
+    The public URL is reachable by anybody who learns it; use it for development only.
+    """
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+        token: str | None = None,
+        region: str | None = None,
+        binary: StrPath | None = None,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.path = path
+        self.token = token
+        self.region = region
+        self.binary = binary
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve locally and through the tunnel until cancelled; the tunnel is closed then."""
+        try:
+            from pyngrok import conf, ngrok
+        except ImportError:
+            raise MissingDependencyError(
+                "The ngrok webhook tunnel needs an extra dependency: "
+                "`pip install trioperator[ngrok]` (or trioperator[dev])."
+            ) from None
+        options: dict[str, Any] = {}
+        if self.binary is not None:
+            options["ngrok_path"] = os.fspath(self.binary)
+        if self.region is not None:
+            options["region"] = self.region
+        if self.token is not None:
+            options["auth_token"] = self.token
+        pyngrok_config = conf.PyngrokConfig(**options)
+        local = WebhookServer(addr=self.addr, port=self.port, path=self.path, insecure=True)
+        public_urls: list[str] = []
+
+        async def disconnect() -> None:
+            while public_urls:
+                url = public_urls.pop()
+                await trio.to_thread.run_sync(
+                    partial(ngrok.disconnect, url, pyngrok_config=pyngrok_config)
+                )
+
+        async def retunnel(config: WebhookClientConfig) -> WebhookClientConfig:
+            # A new local endpoint (a restart) gets a new tunnel; the old one goes first.
+            await disconnect()
+            port = urlsplit(config["url"]).port
+            tunnel = await trio.to_thread.run_sync(
+                partial(ngrok.connect, str(port), "http", pyngrok_config=pyngrok_config)
+            )
+            public_url = str(tunnel.public_url)
+            public_urls.append(public_url)
+            if public_url.startswith("http://"):  # an ngrok v2 agent may hand out both
+                public_url = "https://" + public_url.removeprefix("http://")
+            url = f"{public_url.rstrip('/')}{local.root_path}"
+            logger.info(f"Admission webhooks are tunnelled through ngrok at {url}")
+            return WebhookClientConfig(url=url)
+
+        try:
+            await serve_translated(
+                fn, server=local, translate=retunnel, configs=configs, task_status=task_status
+            )
+        finally:
+            with trio.move_on_after(_TUNNEL_CLOSING_TIMEOUT, shield=True):
+                await disconnect()
+
+
+_TUNNEL_CLOSING_TIMEOUT = 5.0
+"""Seconds to close an ngrok tunnel when the operator stops (it is a call to the local agent)."""
+
+
+class WebhookAutoTunnel:
+    """A :class:`WebhookServer` for a detected local cluster, else a :class:`WebhookNgrokTunnel`.
+
+    Detection is that of :class:`WebhookAutoServer`. Only ``addr``, ``port`` and ``path`` are
+    configurable, as they are common to both. Mind that a cluster that is not recognised (or a
+    failed detection) means a public ngrok URL.
+    """
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        server: WebhookServer | WebhookNgrokTunnel
+        host = await detect_cluster_host()
+        if host is None:
+            logger.info("No known local cluster detected: tunnelling webhooks through ngrok.")
+            server = WebhookNgrokTunnel(addr=self.addr, port=self.port, path=self.path)
+        else:
+            logger.info(f"A local cluster detected: it reaches the webhooks at {host}.")
+            server = WebhookServer(addr=self.addr, port=self.port, path=self.path, host=host)
+        await server.serve(fn, configs=configs, task_status=task_status)

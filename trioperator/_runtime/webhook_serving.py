@@ -8,10 +8,13 @@ nursery and only the runtime opens nurseries:
   restarts so that the advertised URL does not change),
 * answers ``POST <path>/<webhook id>`` by calling the operator's ``WebhookFn``,
 * sends a ``WebhookClientConfig`` into ``configs`` when it starts and after every restart,
-* and restarts the listener when the watched certificate files change on disk (polled on
+* restarts the listener when the watched certificate files change on disk (polled on
   trio's clock, so tests drive it with a mock clock). A renewed set of files that cannot be
   loaded (e.g. a certificate rewritten before its key) is not used: the previous listener keeps
   serving until the files are consistent again.
+
+``serve_translated`` runs such a server behind a tunnel: it advertises the tunnel's address
+instead of the local one, and follows the local server's restarts.
 """
 
 from __future__ import annotations
@@ -24,20 +27,27 @@ import logging
 import os
 import ssl
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeAlias
 
 import msgspec
 import trio
 
-from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn, WebhookRejected
+from trioperator._engine.webhooks import (
+    TrioWebhookServer,
+    WebhookClientConfig,
+    WebhookFn,
+    WebhookRejected,
+)
 from trioperator._util.httpserver import Request, Response, serve_http
 
 __all__ = [
+    "ConfigTranslator",
     "ServingSetup",
     "SetupBuilder",
     "build_url",
+    "serve_translated",
     "serve_webhooks",
 ]
 
@@ -204,3 +214,32 @@ async def _digest(paths: Sequence[StrPath]) -> str:
         return hasher.hexdigest()
 
     return await trio.to_thread.run_sync(read)
+
+
+ConfigTranslator: TypeAlias = Callable[[WebhookClientConfig], Awaitable[WebhookClientConfig]]
+"""Turns a local server's client config into the one to advertise (e.g. a tunnel's URL)."""
+
+
+async def serve_translated(
+    fn: WebhookFn,
+    *,
+    server: TrioWebhookServer,
+    translate: ConfigTranslator,
+    configs: trio.MemorySendChannel[WebhookClientConfig],
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``server`` locally and advertise ``translate``'s version of each of its configs.
+
+    This is the shape of a tunnel: the local endpoint changes (a restart after renewed
+    certificates), the tunnel follows it and the operator re-points its webhooks.
+    """
+    send, receive = trio.open_memory_channel[WebhookClientConfig](0)
+    async with trio.open_nursery() as nursery, receive:
+        await nursery.start(partial(server.serve, fn, configs=send))
+        started = False
+        async for local in receive:
+            public = await translate(local)
+            if not started:
+                started = True
+                task_status.started()
+            await configs.send(public)

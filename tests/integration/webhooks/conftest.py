@@ -20,8 +20,7 @@ import h11
 import pytest
 import trio
 import trustme
-from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
-from trioperator._kits.webhooks import WebhookServer
+from trioperator._engine.webhooks import TrioWebhookServer, WebhookClientConfig, WebhookFn
 
 
 @dataclasses.dataclass
@@ -81,7 +80,7 @@ class Running:
 
 
 @asynccontextmanager
-async def running(server: WebhookServer, fn: WebhookFn) -> AsyncIterator[Running]:
+async def running(server: TrioWebhookServer, fn: WebhookFn) -> AsyncIterator[Running]:
     """The server serving ``fn`` in the background for the duration of the block."""
     send, receive = trio.open_memory_channel[WebhookClientConfig](10)
     async with trio.open_nursery() as nursery:
