@@ -145,7 +145,8 @@ async def _handle(fn: WebhookFn, root: str, request: Request) -> Response:
             sslpeer=request.peer or {},
         )
     except WebhookRejected as exc:
-        logger.warning(f"Rejected a review for webhook {webhook!r}: {exc.message} ({exc.status})")
+        # The operator's function has logged why (it knows the details); no second warning.
+        logger.debug(f"Rejected a review for webhook {webhook!r}: {exc.message} ({exc.status})")
         return _error(exc.status, exc.message)
     except Exception:
         # One broken review must not stop the server: the API server gets a 500 and applies
