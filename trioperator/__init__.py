@@ -63,6 +63,14 @@ from trioperator._engine.settings import OperatorSettings as OperatorSettings
 from trioperator._engine.stoppers import DaemonStopped as DaemonStopped
 from trioperator._engine.stoppers import DaemonStoppingReason as DaemonStoppingReason
 from trioperator._engine.stoppers import SyncDaemonStopperChecker as SyncDaemonStopperChecker
+from trioperator._kits.webhooks import MissingDependencyError as MissingDependencyError
+from trioperator._kits.webhooks import WebhookAutoServer as WebhookAutoServer
+from trioperator._kits.webhooks import WebhookAutoTunnel as WebhookAutoTunnel
+from trioperator._kits.webhooks import WebhookDockerDesktopServer as WebhookDockerDesktopServer
+from trioperator._kits.webhooks import WebhookK3dServer as WebhookK3dServer
+from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeServer
+from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
+from trioperator._kits.webhooks import WebhookServer as WebhookServer
 from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
@@ -108,6 +116,7 @@ __all__ = [
     "LoginError",
     "Memo",
     "Meta",
+    "MissingDependencyError",
     "MultiDiffBaseStorage",
     "MultiProgressStorage",
     "Operator",
@@ -131,6 +140,13 @@ __all__ = [
     "SyncDaemonStopperChecker",
     "TemporaryError",
     "Vault",
+    "WebhookAutoServer",
+    "WebhookAutoTunnel",
+    "WebhookDockerDesktopServer",
+    "WebhookK3dServer",
+    "WebhookMinikubeServer",
+    "WebhookNgrokTunnel",
+    "WebhookServer",
     "__version__",
     "all_",
     "any_",

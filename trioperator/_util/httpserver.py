@@ -57,12 +57,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 async def serve_http(
     handler: Handler,
     *,
-    host: str = "127.0.0.1",
+    host: str | None = "127.0.0.1",
     port: int = 0,
     ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``handler`` until cancelled; ``task_status.started()`` gets the bound listeners.
+
+    ``host=None`` listens on every interface (IPv4 and IPv6 where available).
 
     Use ``listeners[0].socket.getsockname()`` to learn the port when ``port=0``.
     """
