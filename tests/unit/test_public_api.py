@@ -34,6 +34,9 @@ KOPF_NAMES = [
     "login_with_kubeconfig", "login_with_service_account",
     "event", "info", "warn", "exception",
     "DaemonStopped", "DaemonStoppingReason", "Index", "Store",
+    # Admission.
+    "AdmissionError", "WebhookClientConfig", "WebhookClientConfigService", "Operation",
+    "UserInfo", "Headers", "SSLPeer", "WebhookFn", "WebhookServerProtocol",
 ]  # fmt: skip
 
 ON_NAMES = [
