@@ -105,7 +105,9 @@ class ScanningSettings:
 @dataclasses.dataclass
 class AdmissionSettings:
     server: Any = None
-    """A webhook server or tunnel (an async iterable of client configs); ``None`` for none."""
+    """A webhook server or tunnel (``kopf.WebhookServer`` & co., or any callable that takes the
+    operator's ``WebhookFn`` and returns an async iterator of client configs, as in Kopf);
+    ``None`` for none (an operator with admission handlers then fails at startup)."""
 
     managed: str | None = None
     """The name of the webhook configurations to create and keep up to date."""
