@@ -32,7 +32,13 @@ from typing import Any, Final, Protocol
 import trio
 
 from trioperator._client.api import APIClient
-from trioperator._client.errors import APIConflictError, APIForbiddenError
+from trioperator._client.errors import (
+    APIConflictError,
+    APIConnectionError,
+    APIError,
+    APIForbiddenError,
+    APINotFoundError,
+)
 from trioperator._client.resources import Resource
 from trioperator._engine.admission import (
     WebhookCause,
@@ -46,7 +52,7 @@ from trioperator._engine.admission import (
 )
 from trioperator._engine.bodies import Body
 from trioperator._engine.diffs import diff
-from trioperator._engine.errors import ErrorsMode
+from trioperator._engine.errors import ErrorsMode, PermanentError
 from trioperator._engine.handlers import WebhookHandler, WebhookType
 from trioperator._engine.patches import Patch
 from trioperator._engine.progression import HandlerState
@@ -216,8 +222,15 @@ class AdmissionServing:
             self.registry, resource=resource, cause=cause, webhook=handler_id
         )
         errors: list[BaseException | None] = []
-        for handler in handlers:
-            errors.append(await self._run(handler, cause))
+        # The API server gives up after timeoutSeconds: handlers running longer are of no use.
+        timeout = self.settings.admission.timeout_seconds
+        with trio.move_on_after(timeout) as scope:
+            for handler in handlers:
+                errors.append(await self._run(handler, cause))
+        if scope.cancelled_caught:
+            late = f"Admission handlers did not finish within {timeout} seconds."
+            cause.logger.error(late)
+            errors.append(PermanentError(late))
         allowed, message, code = judge(errors)
         mutating = any(handler.reason == WebhookType.MUTATING for handler in handlers)
         json_patch = mutation_patch(raw_body, cause.patch) if mutating else []
@@ -403,7 +416,6 @@ async def _manage_configurations(
             wake.set()
 
     applied: tuple[WebhookClientConfig, frozenset[Resource]] | None = None
-    created = False
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(receive_configs, name="admission client configs")
@@ -416,9 +428,6 @@ async def _manage_configurations(
                 wanted = (latest, insights.webhook_resources)
                 if applied is not None and wanted == applied:
                     continue
-                if not created:
-                    await _create_configurations(api, name)
-                    created = True
                 logger.info(f"Reconfiguring the admission webhooks {name!r}.")
                 await _patch_configurations(api, registry, settings, *wanted)
                 applied = wanted
@@ -426,7 +435,13 @@ async def _manage_configurations(
         if applied is not None:
             with trio.move_on_after(CLEANUP_TIMEOUT, shield=True) as scope:
                 logger.info(f"Cleaning up the admission webhooks {name!r}.")
-                await _patch_configurations(api, registry, settings, *applied, persistent_only=True)
+                try:
+                    await _patch_configurations(
+                        api, registry, settings, *applied, persistent_only=True
+                    )
+                except (APIError, APIConnectionError) as exc:
+                    # Not raised: it would replace what ends the operator (e.g. the stop).
+                    logger.error(f"The admission webhooks {name!r} were not cleaned up: {exc}")
             if scope.cancelled_caught:
                 logger.error(
                     f"The admission webhooks {name!r} were not cleaned up within "
@@ -434,21 +449,12 @@ async def _manage_configurations(
                 )
 
 
-async def _create_configurations(api: APIClient, name: str) -> None:
-    # Create-or-fail rather than check-then-create: it needs only the "create" permission.
-    for _, resource in _CONFIGURATIONS:
-        body = {
-            "apiVersion": resource.api_version,
-            "kind": resource.kind,
-            "metadata": {"name": name},
-        }
-        try:
-            await api.create(resource, body=body, logger=logger)
-        except APIConflictError:
-            pass  # it exists already
-        except APIForbiddenError:
-            logger.error(f"Not enough RBAC permissions to create {resource.plural} {name!r}.")
-            raise
+async def _create_configuration(api: APIClient, resource: Resource, name: str) -> None:
+    body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": name}}
+    try:
+        await api.create(resource, body=body, logger=logger)
+    except APIConflictError:
+        pass  # created meanwhile (e.g. by another replica): patched next anyway
 
 
 async def _patch_configurations(
@@ -473,4 +479,19 @@ async def _patch_configurations(
             timeout_seconds=settings.admission.timeout_seconds,
         )
         # A merge-patch replaces the list as a whole: webhooks of removed handlers go too.
-        await api.patch(resource, name=name, payload={"webhooks": webhooks}, logger=logger)
+        payload = {"webhooks": webhooks}
+        try:
+            try:
+                await api.patch(resource, name=name, payload=payload, logger=logger)
+            except APINotFoundError:
+                if persistent_only:
+                    continue  # nothing of ours to clean up: it is gone already
+                # Absent (first run, or deleted meanwhile): created, then patched as usual.
+                await _create_configuration(api, resource, name)
+                await api.patch(resource, name=name, payload=payload, logger=logger)
+        except APIForbiddenError:
+            logger.error(
+                f"Not enough RBAC permissions to manage {resource.plural} {name!r} "
+                "(needed: create, patch)."
+            )
+            raise

@@ -287,3 +287,25 @@ async def test_cancellation_is_not_swallowed(
     with trio.move_on_after(1) as scope:
         await serving(review(), webhook="slow")
     assert scope.cancelled_caught
+
+
+async def test_handlers_are_cut_off_after_the_webhook_timeout(
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    serving: AdmissionServing,
+    autojump_clock: Any,
+) -> None:
+    settings.admission.timeout_seconds = 5
+
+    @kopf.on.validate("kopfexamples", id="slow", registry=registry)
+    async def slow(**_: Any) -> None:
+        await trio.sleep(100)
+
+    started = trio.current_time()
+    response = await serving(review(), webhook="slow")
+    assert trio.current_time() - started == 5
+    assert response["response"]["allowed"] is False
+    assert response["response"]["status"] == {
+        "message": "Admission handlers did not finish within 5 seconds.",
+        "code": 500,
+    }
