@@ -12,7 +12,14 @@ served resources are known when the first review arrives)::
 The server calls :class:`AdmissionServing` (the operator's ``WebhookFn``) for every review and
 sends its client config (URL or service, CA bundle) whenever it changes; the manager patches
 both configurations with one webhook per handler pointing at ``<url>/<handler id>``, and again
-whenever the config or the served resources change.
+whenever the config or the served resources change. A configuration that does not exist (yet,
+or any more) is created first; only ``create`` and ``patch`` permissions are needed.
+
+Differences from Kopf: a review is cut off after ``settings.admission.timeout_seconds`` (the
+API server has given up by then); ``namespace_selector`` and ``timeout_seconds`` reach the
+managed webhooks; a ``subresource='*'`` webhook also covers the main resource (Kopf's rule
+``plural/*`` covers only the subresources); objects that no watcher serves get a throw-away memo
+on every review (Kopf keeps one per object).
 
 Stop order: on a graceful stop, the manager removes the non-persistent webhooks first (shielded,
 for at most ``CLEANUP_TIMEOUT``), then the server is cancelled: so the API server does not call a
