@@ -176,6 +176,9 @@ class Bench:
             command = [self.args.kopf, "run", "--standalone", "-n", self.namespace, str(OPERATOR)]
         else:
             command = [sys.executable, "-m", "trioperator", "run", "--standalone"]
+            if self.args.profile:
+                profile = self.workdir / f"trioperator-{len(figures.latencies)}.prof"
+                command[1:1] = ["-m", "cProfile", "-o", str(profile)]
             command += ["-n", self.namespace, str(OPERATOR)]
         log = (self.workdir / f"{framework}-{len(figures.latencies)}.log").open("w")
         process = start(command, env, log)
@@ -273,15 +276,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, tuple[Figures, Figur
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-n", "--requests", type=int, default=300)
+    parser.add_argument("-n", "--requests", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--frameworks", type=lambda s: s.split(","), default=["trioperator", "kopf"]
     )
     parser.add_argument("--kubeconfig")
     parser.add_argument("--kopf", help="Kopf's CLI (default: from scripts/kopf-venv)")
     parser.add_argument("--json", help="also write the raw latencies (seconds) to this file")
+    parser.add_argument(
+        "--profile", action="store_true", help="run trioperator under cProfile (in the logs' dir)"
+    )
     args = parser.parse_args()
     results = trio.run(main_async, args)
     print(report(results, args))
