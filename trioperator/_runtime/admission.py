@@ -48,6 +48,7 @@ from trioperator._client.errors import (
 )
 from trioperator._client.resources import Resource
 from trioperator._engine.admission import (
+    CaseInsensitiveHeaders,
     WebhookCause,
     build_webhooks,
     find_resource,
@@ -282,7 +283,7 @@ class AdmissionServing:
             subresource=payload.sub_resource,
             dryrun=bool(payload.dry_run),
             userinfo=payload.user_info or {},
-            headers=headers if headers is not None else {},
+            headers=CaseInsensitiveHeaders(headers),
             sslpeer=sslpeer if sslpeer is not None else {},
             warnings=[],
             old=old,

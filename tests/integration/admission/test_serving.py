@@ -181,6 +181,7 @@ async def test_the_kwargs_of_a_review(
     assert seen["subresource"] is None
     assert seen["userinfo"] == {"username": "admin", "groups": ["system:masters"]}
     assert seen["headers"] == {"authorization": "Bearer x"}
+    assert seen["headers"]["Authorization"] == "Bearer x"  # as with Kopf's aiohttp headers
     assert seen["sslpeer"] == {"subject": ()}
     assert seen["param"] == "p"
     assert seen["old"]["spec"] == {"field": "old"}

@@ -9,6 +9,7 @@ import pytest
 import trioperator as kopf
 from trioperator._client.resources import Resource
 from trioperator._engine.admission import (
+    CaseInsensitiveHeaders,
     WebhookCause,
     build_webhooks,
     find_resource,
@@ -447,3 +448,14 @@ def test_timeout_seconds_setting_is_checked() -> None:
     for bad in [0, 31, 2.5, True]:
         with pytest.raises(ValueError, match="timeout_seconds"):
             settings.admission.timeout_seconds = bad  # type: ignore[assignment]
+
+
+def test_headers_match_in_any_case() -> None:
+    headers = CaseInsensitiveHeaders({"user-agent": "kube-apiserver", "Content-Type": "json"})
+    assert headers["User-Agent"] == headers["user-agent"] == "kube-apiserver"
+    assert headers.get("CONTENT-TYPE") == "json"
+    assert "USER-AGENT" in headers
+    assert 1 not in headers  # type: ignore[comparison-overlap]
+    assert headers.get("missing") is None
+    assert dict(headers) == {"user-agent": "kube-apiserver", "Content-Type": "json"}
+    assert len(CaseInsensitiveHeaders(None)) == 0
