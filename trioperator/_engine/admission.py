@@ -262,7 +262,7 @@ def webhook_name(handler_id: str, suffix: str) -> str:
 def url_with_handler_id(config: WebhookClientConfig, handler_id: str) -> WebhookClientConfig:
     """The server's client config with ``/<quoted handler id>`` appended to its URL or path."""
     result: WebhookClientConfig = copy.deepcopy(config)
-    quoted = urllib.parse.quote(handler_id, safe="")
+    quoted = urllib.parse.quote(handler_id)  # as Kopf: "/" of sub-handler ids stays as it is
     url = result.get("url")
     if url is not None:
         result["url"] = f"{url.rstrip('/')}/{quoted}"

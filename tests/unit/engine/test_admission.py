@@ -326,7 +326,8 @@ def test_long_ids_are_shortened_uniquely_within_the_limits() -> None:
 
 def test_handler_ids_are_appended_to_client_configs() -> None:
     url = url_with_handler_id({"url": "https://h:1/hooks/", "caBundle": "Q0E="}, "fn/spec.x")
-    assert url == {"url": "https://h:1/hooks/fn%2Fspec.x", "caBundle": "Q0E="}
+    assert url == {"url": "https://h:1/hooks/fn/spec.x", "caBundle": "Q0E="}
+    assert url_with_handler_id({"url": "https://h"}, "id!")["url"] == "https://h/id%21"
     service_config: Any = {"service": {"namespace": "ns", "name": "svc", "port": 443}}
     service = url_with_handler_id(service_config, "fn")
     assert service == {"service": {"namespace": "ns", "name": "svc", "port": 443, "path": "/fn"}}
