@@ -18,8 +18,8 @@ or any more) is created first; only ``create`` and ``patch`` permissions are nee
 Differences from Kopf: a review is cut off after ``settings.admission.timeout_seconds`` (the
 API server has given up by then); ``namespace_selector`` and ``timeout_seconds`` reach the
 managed webhooks; a ``subresource='*'`` webhook also covers the main resource (Kopf's rule
-``plural/*`` covers only the subresources); objects that no watcher serves get a throw-away memo
-on every review (Kopf keeps one per object).
+``plural/*`` covers only the subresources); the memos of objects that no watcher serves are
+kept for at most ``MAX_KEPT_MEMOS`` objects (Kopf keeps them without a limit).
 
 Stop order: on a graceful stop, the manager removes the non-persistent webhooks first (shielded,
 for at most ``CLEANUP_TIMEOUT``), then the server is cancelled: so the API server does not call a
@@ -28,6 +28,7 @@ webhook that is no longer there (with ``failurePolicy: Fail`` that would block a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import logging
@@ -95,6 +96,9 @@ logger = logging.getLogger(__name__)
 
 CLEANUP_TIMEOUT: Final = 10.0
 """How long removing the non-persistent webhooks may take on exit (it runs shielded)."""
+
+MAX_KEPT_MEMOS: Final = 10_000
+"""How many memos of objects that no watcher serves are kept between their reviews."""
 
 NO_SERVER_MESSAGE: Final = (
     "Admission handlers exist, but no admission server/tunnel is configured "
@@ -177,6 +181,8 @@ class AdmissionServing:
         self.indices = indices
         self.insights = insights
         self.execution = execution
+        self._memos: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        """Memos of objects that no watcher serves, by uid, the least recently used first."""
 
     async def __call__(
         self,
@@ -269,12 +275,9 @@ class AdmissionServing:
         body = Body(raw_body)
         old = Body(payload.old_object) if payload.old_object is not None else None
         new = Body(payload.object) if payload.object is not None else None
-        # As in Kopf: an object being created has no memo yet, so it gets a throw-away one;
-        # others get the memo of the object as served, if the operator serves it.
-        memo = None if payload.operation == "CREATE" else self.insights.recall_memo(resource, body)
         return WebhookCause(
             logger=ObjectLogger(raw_body),
-            memo=memo if memo is not None else copy.copy(self.memo),
+            memo=self._recall_memo(resource, body, payload.operation, bool(payload.dry_run)),
             indices=self.indices,
             resource=resource,
             patch=Patch(),
@@ -290,6 +293,27 @@ class AdmissionServing:
             new=new,
             diff=diff(old, new),
         )
+
+    def _recall_memo(self, resource: Resource, body: Body, operation: str, dryrun: bool) -> Any:
+        """The object's memo, as in Kopf: a throw-away one for an object being created; the
+        memo of the object as the operator serves it; else one kept here between reviews (the
+        resource has admission handlers only), bounded, and forgotten when it is deleted."""
+        if operation == "CREATE":
+            return copy.copy(self.memo)
+        memo = self.insights.recall_memo(resource, body)
+        if memo is not None:
+            return memo
+        uid = body.metadata.uid
+        if not uid:
+            return copy.copy(self.memo)
+        memo = self._memos.pop(uid, None)
+        if memo is None:
+            memo = copy.copy(self.memo)
+        if operation != "DELETE" or dryrun:
+            self._memos[uid] = memo  # the most recently used goes last
+            while len(self._memos) > MAX_KEPT_MEMOS:
+                self._memos.popitem(last=False)
+        return memo
 
     async def _run(self, handler: WebhookHandler, cause: WebhookCause) -> BaseException | None:
         # No retries in admission: every error is final (Kopf's PERMANENT mode).

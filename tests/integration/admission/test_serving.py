@@ -310,3 +310,29 @@ async def test_handlers_are_cut_off_after_the_webhook_timeout(
         "message": "Admission handlers did not finish within 5 seconds.",
         "code": 500,
     }
+
+
+async def test_memos_of_unserved_objects_are_kept_between_reviews_until_deleted(
+    registry: OperatorRegistry, serving: AdmissionServing
+) -> None:
+    seen: list[Any] = []
+
+    @kopf.on.validate("kopfexamples", id="count", registry=registry)
+    async def count(memo: Any, operation: str, **_: Any) -> None:
+        memo["reviews"] = memo.get("reviews", 0) + 1
+        seen.append((operation, memo["reviews"]))
+
+    await serving(review(), webhook="count")  # created: a throw-away memo
+    await serving(review(operation="UPDATE", old=OBJ), webhook="count")
+    await serving(review(operation="UPDATE", old=OBJ), webhook="count")
+    await serving(review(operation="DELETE", obj=None, old=OBJ, dryRun=True), webhook="count")
+    await serving(review(operation="DELETE", obj=None, old=OBJ), webhook="count")
+    await serving(review(operation="UPDATE", old=OBJ), webhook="count")
+    assert seen == [
+        ("CREATE", 1),
+        ("UPDATE", 1),
+        ("UPDATE", 2),
+        ("DELETE", 3),
+        ("DELETE", 4),  # a dry-run deletion keeps it
+        ("UPDATE", 1),  # forgotten with the deletion
+    ]
