@@ -33,7 +33,7 @@ import contextlib
 import copy
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -156,6 +156,21 @@ class AdmissionInsights(Protocol):
 # ----------------------------------------------------------------------------------- serving
 
 
+class ReviewLogger(ObjectLogger):
+    """The logger of one review: lines with the object's prefix, never posted as k8s Events.
+
+    As in Kopf: the object under review may not exist (yet, or ever: creations, dry runs), and
+    an event per review would flood the cluster.
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        msg, kwargs = super().process(msg, kwargs)
+        kwargs["extra"]["k8s_skip"] = True
+        return msg, kwargs
+
+
 class AdmissionServing:
     """The operator's ``WebhookFn``: a review in, the response review out.
 
@@ -276,7 +291,7 @@ class AdmissionServing:
         old = Body(payload.old_object) if payload.old_object is not None else None
         new = Body(payload.object) if payload.object is not None else None
         return WebhookCause(
-            logger=ObjectLogger(raw_body),
+            logger=ReviewLogger(raw_body),
             memo=self._recall_memo(resource, body, payload.operation, bool(payload.dry_run)),
             indices=self.indices,
             resource=resource,
