@@ -370,6 +370,11 @@ async def run_admission(
     server = settings.admission.server
     if server is None:
         raise AdmissionSetupError(NO_SERVER_MESSAGE)
+    if not callable(getattr(server, "serve", None)) and not callable(server):
+        raise AdmissionSetupError(
+            f"settings.admission.server must be a webhook server or a callable returning an "
+            f"async iterator of client configs; got {server!r}."
+        )
 
     send, receive = trio.open_memory_channel[WebhookClientConfig](math.inf)
     async with trio.open_nursery() as serving:
@@ -409,11 +414,6 @@ async def _run_server(
     if callable(serve):
         await serve(fn, configs=configs, task_status=task_status)
         raise AdmissionSetupError(f"The admission server {server!r} stopped on its own.")
-    if not callable(server):
-        raise AdmissionSetupError(
-            f"settings.admission.server must be a webhook server or a callable returning an "
-            f"async iterator of client configs; got {server!r}."
-        )
     task_status.started()
     async with contextlib.AsyncExitStack() as stack:
         if hasattr(server, "__aenter__") and hasattr(server, "__aexit__"):

@@ -411,3 +411,50 @@ async def test_a_failed_cleanup_is_logged_and_does_not_fail_the_stop(
         await done.wait()
     assert "The admission webhooks 'auto.kopf.dev' were not cleaned up" in caplog_trioperator.text
     assert names(fake_api, "mutatingwebhookconfigurations") == ["defaults.auto.kopf.dev"]
+
+
+class ReturningServer:
+    """A trio-native server whose serving ends on its own (e.g. a bug in a custom server)."""
+
+    async def serve(self, fn: WebhookFn, *, configs: Any, task_status: Any) -> None:
+        task_status.started()
+
+
+@pytest.mark.usefixtures("handlers")
+async def test_a_server_that_is_not_one_fails_at_once(
+    api_client: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+) -> None:
+    settings.admission.server = "https://not-a-server"
+    with pytest.raises(AdmissionSetupError, match="must be a webhook server or a callable"):
+        await run_admission(
+            api=api_client,
+            registry=registry,
+            settings=settings,
+            fn=webhook_fn,
+            insights=insights,
+            stopping=trio.Event(),
+        )
+
+
+@pytest.mark.usefixtures("handlers")
+async def test_a_server_that_stops_on_its_own_fails_loudly(
+    autojump_clock: Any,
+    api_client: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+) -> None:
+    settings.admission.server = ReturningServer()
+    with pytest.raises(BaseExceptionGroup) as info, trio.fail_after(60):
+        await run_admission(
+            api=api_client,
+            registry=registry,
+            settings=settings,
+            fn=webhook_fn,
+            insights=insights,
+            stopping=trio.Event(),
+        )
+    assert info.group_contains(AdmissionSetupError, match="stopped on its own", depth=None)
