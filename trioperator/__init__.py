@@ -27,6 +27,7 @@ from trioperator._engine.diffs import Diff as Diff
 from trioperator._engine.diffs import DiffItem as DiffItem
 from trioperator._engine.diffs import DiffOperation as DiffOperation
 from trioperator._engine.errors import ActivityError as ActivityError
+from trioperator._engine.errors import AdmissionError as AdmissionError
 from trioperator._engine.errors import ErrorsMode as ErrorsMode
 from trioperator._engine.errors import HandlerRetriesError as HandlerRetriesError
 from trioperator._engine.errors import HandlerTimeoutError as HandlerTimeoutError
@@ -62,6 +63,22 @@ from trioperator._engine.settings import OperatorSettings as OperatorSettings
 from trioperator._engine.stoppers import DaemonStopped as DaemonStopped
 from trioperator._engine.stoppers import DaemonStoppingReason as DaemonStoppingReason
 from trioperator._engine.stoppers import SyncDaemonStopperChecker as SyncDaemonStopperChecker
+from trioperator._engine.webhooks import Headers as Headers
+from trioperator._engine.webhooks import Operation as Operation
+from trioperator._engine.webhooks import SSLPeer as SSLPeer
+from trioperator._engine.webhooks import UserInfo as UserInfo
+from trioperator._engine.webhooks import WebhookClientConfig as WebhookClientConfig
+from trioperator._engine.webhooks import WebhookClientConfigService as WebhookClientConfigService
+from trioperator._engine.webhooks import WebhookFn as WebhookFn
+from trioperator._engine.webhooks import WebhookServerProtocol as WebhookServerProtocol
+from trioperator._kits.webhooks import MissingDependencyError as MissingDependencyError
+from trioperator._kits.webhooks import WebhookAutoServer as WebhookAutoServer
+from trioperator._kits.webhooks import WebhookAutoTunnel as WebhookAutoTunnel
+from trioperator._kits.webhooks import WebhookDockerDesktopServer as WebhookDockerDesktopServer
+from trioperator._kits.webhooks import WebhookK3dServer as WebhookK3dServer
+from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeServer
+from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
+from trioperator._kits.webhooks import WebhookServer as WebhookServer
 from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
@@ -81,6 +98,7 @@ from trioperator.on import timer as timer
 __all__ = [
     "ABSENT",
     "ActivityError",
+    "AdmissionError",
     "Annotations",
     "AnnotationsDiffBaseStorage",
     "AnnotationsProgressStorage",
@@ -101,13 +119,16 @@ __all__ = [
     "HandlerId",
     "HandlerRetriesError",
     "HandlerTimeoutError",
+    "Headers",
     "Index",
     "Labels",
     "LoginError",
     "Memo",
     "Meta",
+    "MissingDependencyError",
     "MultiDiffBaseStorage",
     "MultiProgressStorage",
+    "Operation",
     "Operator",
     "OperatorRegistry",
     "OperatorSettings",
@@ -120,6 +141,7 @@ __all__ = [
     "RawEvent",
     "Reason",
     "Resource",
+    "SSLPeer",
     "SmartProgressStorage",
     "Spec",
     "Status",
@@ -128,7 +150,19 @@ __all__ = [
     "Store",
     "SyncDaemonStopperChecker",
     "TemporaryError",
+    "UserInfo",
     "Vault",
+    "WebhookAutoServer",
+    "WebhookAutoTunnel",
+    "WebhookClientConfig",
+    "WebhookClientConfigService",
+    "WebhookDockerDesktopServer",
+    "WebhookFn",
+    "WebhookK3dServer",
+    "WebhookMinikubeServer",
+    "WebhookNgrokTunnel",
+    "WebhookServer",
+    "WebhookServerProtocol",
     "__version__",
     "all_",
     "any_",

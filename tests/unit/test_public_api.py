@@ -16,7 +16,7 @@ KOPF_NAMES = [
     "Body", "Spec", "Meta", "Status", "Labels", "Annotations", "RawBody", "RawEvent", "Patch",
     # Errors.
     "PermanentError", "TemporaryError", "HandlerTimeoutError", "HandlerRetriesError",
-    "ErrorsMode", "ActivityError",
+    "ErrorsMode", "ActivityError", "AdmissionError",
     # Causes, settings, resources, filters, ids.
     "Reason", "OperatorSettings", "Resource", "EVERYTHING", "PRESENT", "ABSENT",
     "all_", "any_", "none_", "not_", "HandlerId", "FieldSpec", "FieldPath",
@@ -34,6 +34,9 @@ KOPF_NAMES = [
     "login_with_kubeconfig", "login_with_service_account",
     "event", "info", "warn", "exception",
     "DaemonStopped", "DaemonStoppingReason", "Index", "Store",
+    # Admission.
+    "AdmissionError", "WebhookClientConfig", "WebhookClientConfigService", "Operation",
+    "UserInfo", "Headers", "SSLPeer", "WebhookFn", "WebhookServerProtocol",
 ]  # fmt: skip
 
 ON_NAMES = [

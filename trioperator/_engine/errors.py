@@ -25,6 +25,18 @@ class TemporaryError(Exception):
         self.delay = delay
 
 
+class AdmissionError(PermanentError):
+    """Rejects an admission with this message and HTTP code (``code=None`` means 500).
+
+    Any other exception also rejects it, with code 500; when several handlers of one review
+    fail, an ``AdmissionError`` is the one reported (see ``_engine/admission.py``).
+    """
+
+    def __init__(self, message: str | None = "", code: int | None = 500) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 class HandlerTimeoutError(PermanentError):
     """The handler's ``timeout=`` has passed (since its first attempt)."""
 

@@ -105,10 +105,26 @@ class ScanningSettings:
 @dataclasses.dataclass
 class AdmissionSettings:
     server: Any = None
-    """A webhook server or tunnel (an async iterable of client configs); ``None`` for none."""
+    """A webhook server or tunnel (``kopf.WebhookServer`` & co., or any callable that takes the
+    operator's ``WebhookFn`` and returns an async iterator of client configs, as in Kopf);
+    ``None`` for none (an operator with admission handlers then fails at startup)."""
 
     managed: str | None = None
     """The name of the webhook configurations to create and keep up to date."""
+
+    namespace_selector: dict[str, Any] | None = None
+    """Beyond Kopf: a ``namespaceSelector`` (``matchLabels``/``matchExpressions``) put on every
+    managed webhook, e.g. to keep the operator's own or system namespaces out of admission."""
+
+    timeout_seconds: int = 30
+    """Beyond Kopf (which hard-codes 30): ``timeoutSeconds`` of every managed webhook (1..30)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "timeout_seconds" and (
+            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 30
+        ):
+            raise ValueError("timeout_seconds must be an integer from 1 to 30 (the API's limits).")
+        super().__setattr__(name, value)
 
 
 @dataclasses.dataclass

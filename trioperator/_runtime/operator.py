@@ -16,11 +16,12 @@ Task tree (every task belongs to exactly one nursery; nothing outlives ``Operato
             │                             cancelled after serving: our record is removed last
             └── serving nursery
                 ├── stop watcher          stop_flag -> graceful stop (the stopping event)
-                └── orchestrator          namespaces & CRDs observed -> watchers started/stopped
-                    └── run_watcher per (resource, namespace)
-                        ├── stream_events list + watch (closed while paused by peering)
-                        ├── run_worker    per object: cause -> handlers -> one patch
-                        └── daemons, timers  per object, in the watcher's background nursery
+                ├── orchestrator          namespaces & CRDs observed -> watchers started/stopped
+                │   └── run_watcher per (resource, namespace)
+                │       ├── stream_events list + watch (closed while paused by peering)
+                │       ├── run_worker    per object: cause -> handlers -> one patch
+                │       └── daemons, timers  per object, in the watcher's background nursery
+                └── admission             webhook server + managed webhook configurations
 
 Start order, and why:
 1. ``on.startup`` handlers, before anything touches the cluster: they may change settings.
@@ -28,13 +29,16 @@ Start order, and why:
    before that.
 3. The event poster, so that handlers can post from their first call.
 4. The orchestrator: discovery, then one watcher per served (resource, namespace); each
-   reports started after its initial listing is routed. Then ``ready_flag`` is set.
+   reports started after its initial listing is routed.
+5. Admission (with webhook handlers): the server, then the managed configurations, which
+   need the discovered resources. Then ``ready_flag`` is set.
 
 Stop order, and why (a graceful phase first, then, if needed, a forced one):
 1. The stop request -- the first SIGINT/SIGTERM, or ``stop_flag`` -- ends a startup still in
    progress (then nothing is served nor cleaned up) and starts the clock of
    ``settings.process.ultimate_exiting_timeout``.
-2. It sets ``stopping``: the watchers end their streams at once, so no new handlers start;
+2. It sets ``stopping``: the non-persistent managed webhooks are removed, then the webhook
+   server stops; the watchers end their streams at once, so no new handlers start;
    workers finish what is queued and running handlers may finish, within
    ``queueing.exit_timeout`` (then they are cancelled); daemons and timers get their stop flag
    and their staged termination (see ``daemons.py``).
@@ -73,6 +77,7 @@ from trioperator._engine.peering import detect_own_id
 from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
+from trioperator._runtime.admission import AdmissionServing, run_admission
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
@@ -240,7 +245,7 @@ class Operator:
                             )
                         )
                         try:
-                            await self._serve(context)
+                            await self._serve(context, execution)
                         finally:
                             # Nothing is handled any more: the poster posts what is queued
                             # (for a bounded time) and exits. If serving failed, the
@@ -260,7 +265,7 @@ class Operator:
                         await self.api.aclose()
                 self.vault.close()
 
-    async def _serve(self, context: OperatorContext) -> None:
+    async def _serve(self, context: OperatorContext, execution: Execution) -> None:
         assert self.api is not None
         # Peering outlives the serving: our record goes only once the watchers are done.
         async with trio.open_nursery() as peering_nursery:
@@ -277,17 +282,19 @@ class Operator:
                     )
                 )
             try:
-                await self._serve_peered(context, peering)
+                await self._serve_peered(context, execution, peering)
             finally:
                 peering_nursery.cancel_scope.cancel()
 
-    async def _serve_peered(self, context: OperatorContext, peering: Peering | None) -> None:
+    async def _serve_peered(
+        self, context: OperatorContext, execution: Execution, peering: Peering | None
+    ) -> None:
         assert self.api is not None
         async with trio.open_nursery() as serving:
             serving.start_soon(_stop_on_flag, self.stop_flag, context.stopping)
             # The orchestrator starts every initial watcher in one synchronous step; each takes
             # the indexing gate before its first checkpoint, so nothing runs before indexing.
-            self.orchestration = await serving.start(
+            orchestration = self.orchestration = await serving.start(
                 partial(
                     run_orchestrator,
                     context,
@@ -299,6 +306,26 @@ class Operator:
                     health=self.watchers_health,
                     peering=peering,
                 )
+            )
+            # After the orchestrator: the resources that reviews may be about are known now.
+            await serving.start(
+                partial(
+                    run_admission,
+                    api=self.api,
+                    registry=self.registry,
+                    settings=context.settings,
+                    fn=AdmissionServing(
+                        registry=self.registry,
+                        settings=context.settings,
+                        memo=self.memo,
+                        indices=context.indices,
+                        insights=orchestration,
+                        execution=execution,
+                    ),
+                    insights=orchestration,
+                    stopping=context.stopping,
+                ),
+                name="admission",
             )
             self.ready_flag.set()
             logger.info(f"The operator is ready: serving {len(self.served)} resource(s).")

@@ -242,6 +242,9 @@ class Orchestration:
         """The resources served now (discovered, selected by handlers, watchable)."""
         self.namespaces: frozenset[str] = frozenset()
         """The namespaces served now (always empty in the cluster-wide mode)."""
+        self.webhook_resources: frozenset[Resource] = frozenset()
+        """The discovered resources with admission handlers (served by webhooks, not watched)."""
+        self._webhooks_revised = trio.Event()
 
         self._watchers: dict[WatcherKey, _Watcher] = {}
         self._retiring: dict[WatcherKey, _Watcher] = {}
@@ -495,7 +498,28 @@ class Orchestration:
         self._gone.clear()
         if served.watched != self.resources:
             self.resources = served.watched
+        if served.webhooks != self.webhook_resources:
+            self.webhook_resources = served.webhooks
+            self._webhooks_revised.set()
+            self._webhooks_revised = trio.Event()
         self._touch()
+
+    async def wait_webhook_resources_revised(self) -> None:
+        """Return when ``webhook_resources`` change (for the admission configurations)."""
+        await self._webhooks_revised.wait()
+
+    def recall_memo(self, resource: Resource, body: Mapping[str, Any]) -> Any | None:
+        """The memo of an object that a running watcher knows (for admission reviews)."""
+        metadata = body.get("metadata") or {}
+        uid = metadata.get("uid")
+        if not uid:
+            return None
+        for namespace in (metadata.get("namespace"), None):
+            watcher = self._watchers.get((resource, namespace))
+            memory = watcher.ctx.memories.get(uid) if watcher is not None else None
+            if memory is not None:
+                return memory.memo
+        return None
 
     def _denied_by_crds(self, resource: Resource) -> bool:
         """Whether the CRDs seen say this resource is not served any more, whatever the

@@ -1,0 +1,193 @@
+"""Certificates of the webhook server: provided files, client-certificate verification, and
+rotation when the files change on disk."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+from trioperator._kits.webhooks import WebhookServer
+
+from .conftest import Recorder, Running, post, running
+
+
+def write_server_files(directory: Path, ca: trustme.CA) -> tuple[Path, Path, Path]:
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    certfile, pkeyfile, cafile = directory / "tls.crt", directory / "tls.key", directory / "ca.crt"
+    certfile.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    pkeyfile.write_bytes(cert.private_key_pem.bytes())
+    cafile.write_bytes(ca.cert_pem.bytes())
+    return certfile, pkeyfile, cafile
+
+
+def trusting(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+def bundle(srv: Running) -> bytes:
+    return base64.b64decode(srv.config["caBundle"])
+
+
+async def test_provided_certificate_and_ca_are_served_and_advertised(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    certfile, pkeyfile, cafile = write_server_files(tmp_path, ca)
+    server = WebhookServer(addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile, cafile=cafile)
+    async with running(server, recorder) as srv:
+        assert bundle(srv) == ca.cert_pem.bytes()
+        assert (await post(srv.port, "/x", context=trusting(ca))).status == 200
+
+
+async def test_without_a_ca_the_certificate_itself_is_advertised(
+    recorder: Recorder, tmp_path: Path
+) -> None:
+    certfile, pkeyfile, _ = write_server_files(tmp_path, trustme.CA())
+    server = WebhookServer(addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile)
+    async with running(server, recorder) as srv:
+        assert bundle(srv) == certfile.read_bytes()
+
+
+async def test_a_key_that_does_not_match_fails_at_start(recorder: Recorder, tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    certfile, pkeyfile = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.cert_chain_pems[0].write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(pkeyfile))
+    other = trustme.CA().issue_cert("localhost")
+    other.private_key_pem.write_to_path(str(pkeyfile))  # not the certificate's key
+    server = WebhookServer(addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile)
+    with pytest.raises(ExceptionGroup) as err:
+        async with running(server, recorder):
+            pass  # pragma: no cover
+    assert err.group_contains(ssl.SSLError, match="KEY_VALUES_MISMATCH")
+
+
+async def test_required_client_certificates_are_verified_and_passed_as_sslpeer(
+    recorder: Recorder, client_ca: trustme.CA, tmp_path: Path
+) -> None:
+    client_ca.cert_pem.write_to_path(str(tmp_path / "clients.pem"))
+    server = WebhookServer(
+        addr="127.0.0.1",
+        verify_mode=ssl.CERT_REQUIRED,
+        verify_cafile=tmp_path / "clients.pem",
+    )
+    async with running(server, recorder) as srv:
+        anonymous = srv.trusting_context()
+        with pytest.raises(trio.BrokenResourceError):
+            await post(srv.port, "/x", context=anonymous)
+
+        stranger = srv.trusting_context()
+        trustme.CA().issue_cert("apiserver.example", common_name="stranger").configure_cert(
+            stranger
+        )
+        with pytest.raises(trio.BrokenResourceError):
+            await post(srv.port, "/x", context=stranger)
+
+        known = srv.trusting_context()
+        client_ca.issue_cert("apiserver.example", common_name="apiserver").configure_cert(known)
+        reply = await post(srv.port, "/x", context=known)
+    assert reply.status == 200
+    assert len(recorder.calls) == 1
+    sslpeer = recorder.calls[0].sslpeer
+    assert sslpeer is not None
+    assert (("commonName", "apiserver"),) in sslpeer["subject"]
+    assert ("DNS", "apiserver.example") in sslpeer["subjectAltName"]
+
+
+async def test_client_certificates_are_optional_when_only_a_ca_is_given(
+    recorder: Recorder, client_ca: trustme.CA
+) -> None:
+    # PEM as bytes (ssl itself would take bytes as DER only).
+    server = WebhookServer(addr="127.0.0.1", verify_cadata=client_ca.cert_pem.bytes())
+    async with running(server, recorder) as srv:
+        anonymous = await post(srv.port, "/x", context=srv.trusting_context())
+        known = srv.trusting_context()
+        client_ca.issue_cert("apiserver.example", common_name="apiserver").configure_cert(known)
+        verified = await post(srv.port, "/x", context=known)
+        stranger = srv.trusting_context()
+        trustme.CA().issue_cert("apiserver.example").configure_cert(stranger)
+        with pytest.raises(trio.BrokenResourceError):
+            await post(srv.port, "/x", context=stranger)
+    assert (anonymous.status, verified.status) == (200, 200)
+    assert recorder.calls[0].sslpeer == {}
+    assert recorder.calls[1].sslpeer
+    assert (("commonName", "apiserver"),) in recorder.calls[1].sslpeer["subject"]
+    assert len(recorder.calls) == 2
+
+
+async def test_renewed_files_restart_the_server_and_advertise_the_new_ca(
+    recorder: Recorder, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    certfile, pkeyfile, cafile = write_server_files(tmp_path, old_ca)
+    server = WebhookServer(
+        addr="127.0.0.1",
+        certfile=certfile,
+        pkeyfile=pkeyfile,
+        cafile=cafile,
+        file_check_interval=5,
+    )
+    async with running(server, recorder) as srv:
+        assert (await post(srv.port, "/x", context=trusting(old_ca))).status == 200
+        changed_at = trio.current_time()
+        write_server_files(tmp_path, new_ca)
+        renewed = await srv.configs.receive()
+        assert trio.current_time() - changed_at <= 5
+        assert renewed["url"] == srv.config["url"]
+        assert base64.b64decode(renewed["caBundle"]) == new_ca.cert_pem.bytes()
+        assert (await post(srv.port, "/x", context=trusting(new_ca))).status == 200
+        with pytest.raises(trio.BrokenResourceError):
+            await post(srv.port, "/x", context=trusting(old_ca))
+    assert len(recorder.calls) == 2
+
+
+async def test_unchanged_files_do_not_restart_the_server(
+    recorder: Recorder, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    certfile, pkeyfile, _ = write_server_files(tmp_path, trustme.CA())
+    server = WebhookServer(
+        addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile, file_check_interval=5
+    )
+    async with running(server, recorder) as srv:
+        certfile.write_bytes(certfile.read_bytes())  # touched, same content
+        await trio.sleep(60)
+        with pytest.raises(trio.WouldBlock):
+            srv.configs.receive_nowait()
+
+
+async def test_a_half_renewed_pair_is_not_used_until_complete(
+    recorder: Recorder,
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    certfile, pkeyfile, _ = write_server_files(tmp_path, old_ca)
+    server = WebhookServer(
+        addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile, file_check_interval=5
+    )
+    async with running(server, recorder) as srv:
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        new_cert, new_key, _ = write_server_files(fresh, new_ca)
+        certfile.write_bytes(new_cert.read_bytes())  # the key is not renewed yet
+        await trio.sleep(30)
+        with pytest.raises(trio.WouldBlock):
+            srv.configs.receive_nowait()
+        assert (await post(srv.port, "/x", context=trusting(old_ca))).status == 200
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1  # once per inconsistent state, not on every check
+        assert "previous ones" in errors[0].getMessage()
+
+        pkeyfile.write_bytes(new_key.read_bytes())
+        renewed = await srv.configs.receive()
+        assert base64.b64decode(renewed["caBundle"]) == new_cert.read_bytes()
+        assert (await post(srv.port, "/x", context=trusting(new_ca))).status == 200

@@ -1,0 +1,133 @@
+"""Webhook servers as configuration: advertised URLs, certificate names, refused settings,
+recognised clusters, and the errors that name a missing extra."""
+
+from __future__ import annotations
+
+import ssl
+import sys
+
+import pytest
+import trio
+import trioperator as kopf
+from trioperator._engine.webhooks import WebhookClientConfig
+from trioperator._kits.cluster_detection import ServerIdentity, recognise_cluster
+from trioperator._kits.webhooks import (
+    MissingDependencyError,
+    WebhookServer,
+    accessible_addr,
+    certificate_hostnames,
+)
+
+
+@pytest.mark.parametrize(
+    ("server", "url"),
+    [
+        (kopf.WebhookServer(), "https://localhost:9443"),
+        (kopf.WebhookServer(addr="0.0.0.0", path="/hooks/"), "https://127.0.0.1:9443/hooks"),
+        (kopf.WebhookServer(addr="::", path="a/b"), "https://[::1]:9443/a/b"),
+        (kopf.WebhookServer(addr="10.0.0.5", insecure=True), "http://10.0.0.5:9443"),
+        (kopf.WebhookServer(addr="0.0.0.0", host="example.org"), "https://example.org:9443"),
+        (kopf.WebhookServer(host="fe80::1"), "https://[fe80::1]:9443"),
+        (kopf.WebhookK3dServer(addr="0.0.0.0"), "https://host.k3d.internal:9443"),
+        (kopf.WebhookMinikubeServer(), "https://host.minikube.internal:9443"),
+        (kopf.WebhookDockerDesktopServer(), "https://host.docker.internal:9443"),
+        (kopf.WebhookK3dServer(host="mine.example"), "https://mine.example:9443"),
+    ],
+)
+def test_advertised_url(server: WebhookServer, url: str) -> None:
+    assert server.url(9443) == url
+
+
+def test_default_ports_are_omitted_from_urls() -> None:
+    assert WebhookServer(addr="1.2.3.4").url(443) == "https://1.2.3.4"
+    assert WebhookServer(addr="1.2.3.4", insecure=True).url(80) == "http://1.2.3.4"
+    assert WebhookServer(addr="1.2.3.4", insecure=True).url(443) == "http://1.2.3.4:443"
+
+
+@pytest.mark.parametrize(
+    ("addr", "accessible"),
+    [
+        (None, "localhost"),
+        ("0.0.0.0", "127.0.0.1"),
+        ("::", "::1"),
+        ("192.168.1.2", "192.168.1.2"),
+        ("myhost", "myhost"),
+    ],
+)
+def test_wildcard_addresses_are_reached_by_the_loopback(addr: str | None, accessible: str) -> None:
+    assert accessible_addr(addr) == accessible
+
+
+def test_certificate_names_cover_host_addr_extras_and_loopback_with_a_name_first() -> None:
+    names = certificate_hostnames("hooks.example", "10.0.0.5", ["alt.example", "10.0.0.6"])
+    assert names == [
+        "hooks.example",
+        "10.0.0.5",
+        "alt.example",
+        "10.0.0.6",
+        "localhost",
+        "127.0.0.1",
+    ]
+
+
+def test_certificate_names_drop_wildcards_and_duplicates_and_normalise_ips() -> None:
+    names = certificate_hostnames(None, "0.0.0.0", ["::", "0:0::1", "localhost", "127.0.0.1"])
+    assert names == ["localhost", "127.0.0.1", "::1"]
+
+
+def test_the_first_non_ip_name_leads() -> None:
+    assert certificate_hostnames("10.1.1.1", None, [])[0] == "localhost"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"insecure": True, "context": ssl.create_default_context()}, "cannot have an SSL"),
+        ({"pkeyfile": "key.pem"}, "needs its certfile"),
+        ({"port": 70000}, "0..65535"),
+        ({"file_check_interval": 0}, "must be positive"),
+    ],
+)
+def test_contradicting_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        WebhookServer(**kwargs)  # type: ignore[arg-type]
+
+
+def test_missing_trustme_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "trustme", None)
+    with pytest.raises(MissingDependencyError, match=r"trioperator\[webhooks\]"):
+        WebhookServer().build_setup()
+
+
+def test_without_trustme_provided_or_no_certificates_still_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "trustme", None)
+    setup = WebhookServer(insecure=True, cadata=b"PEM").build_setup()
+    assert (setup.context, setup.cadata) == (None, b"PEM")
+
+
+async def test_missing_pyngrok_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyngrok", None)
+    send, _ = trio.open_memory_channel[WebhookClientConfig](1)
+    with pytest.raises(MissingDependencyError, match=r"trioperator\[ngrok\]"):
+        await kopf.WebhookNgrokTunnel().serve(None, configs=send)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("identity", "host"),
+    [
+        (ServerIdentity(subject_cn="k3s"), "host.k3d.internal"),
+        (ServerIdentity(subject_org="k3s"), "host.k3d.internal"),
+        (ServerIdentity(issuer_cn="k3s-server-ca@1700000000"), "host.k3d.internal"),
+        (ServerIdentity(git_version="v1.30.4+k3s1"), "host.k3d.internal"),
+        (ServerIdentity(subject_cn="minikube"), "host.minikube.internal"),
+        (ServerIdentity(issuer_cn="minikubeCA"), "host.minikube.internal"),
+        (ServerIdentity(sans={"docker-for-desktop"}), "host.docker.internal"),
+        (ServerIdentity(sans={"kubernetes.docker.internal"}), "host.docker.internal"),
+        (ServerIdentity(subject_cn="kube-apiserver", git_version="v1.20.15"), None),
+        (ServerIdentity(), None),
+    ],
+)
+def test_recognised_clusters(identity: ServerIdentity, host: str | None) -> None:
+    assert recognise_cluster(identity) == host

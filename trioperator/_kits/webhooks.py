@@ -1,0 +1,491 @@
+"""Webhook servers and tunnels for admission handlers (``settings.admission.server``).
+
+These are configuration objects with Kopf's names and parameters. They are trio-native: the
+operator calls ``await server.serve(fn, configs=..., task_status=...)`` in its nursery tree (see
+``trioperator._engine.webhooks``); the serving itself (listening, routing, restarts on renewed
+certificates) is ``trioperator._runtime.webhook_serving``.
+
+* :class:`WebhookServer` listens on ``addr:port`` (every interface and a free port by default)
+  with HTTPS. Without ``certfile``, it generates a CA and a server certificate with ``trustme``
+  (``pip install trioperator[webhooks]``) whose SANs cover the host, the address,
+  ``extra_sans``, ``localhost`` and ``127.0.0.1``; ``insecure=True`` serves plain HTTP instead
+  (for tunnels and curl: the API server calls only HTTPS webhooks).
+* :class:`WebhookK3dServer`, :class:`WebhookMinikubeServer`,
+  :class:`WebhookDockerDesktopServer` are the same server advertised under the host name by
+  which those local clusters reach their host machine; :class:`WebhookAutoServer` picks one of
+  those names by detecting the cluster (``trioperator._kits.cluster_detection``).
+* :class:`WebhookNgrokTunnel` serves plain HTTP locally and advertises an ngrok tunnel's public
+  URL (``pip install trioperator[ngrok]``); :class:`WebhookAutoTunnel` is the auto-server for a
+  recognised local cluster and the ngrok tunnel otherwise.
+
+Any other server or tunnel can be a plain async generator in Kopf's shape: a callable that
+takes the operator's ``WebhookFn`` and yields ``WebhookClientConfig`` dicts (a ``url`` or a
+``service``, and a ``caBundle``) whenever its endpoint changes, calling
+``await fn(body, webhook=..., headers=..., sslpeer=...)`` for every review it receives::
+
+    async def my_tunnel(fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        yield {"url": "https://my-tunnel.example.com/hooks"}
+        await trio.sleep_forever()
+
+The operator runs such a generator in a task of its own (it must not open nurseries across
+its ``yield``). The framework appends ``/<handler id>`` to the URL (or ``service.path``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import pathlib
+import ssl
+from collections.abc import Iterable
+from functools import partial
+from typing import Any, ClassVar, TypeAlias
+from urllib.parse import urlsplit
+
+import trio
+
+from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
+from trioperator._kits.cluster_detection import (
+    DOCKER_DESKTOP_HOST,
+    K3D_HOST,
+    MINIKUBE_HOST,
+    detect_cluster_host,
+)
+from trioperator._runtime.webhook_serving import (
+    ServingSetup,
+    build_url,
+    serve_translated,
+    serve_webhooks,
+)
+
+__all__ = [
+    "MissingDependencyError",
+    "WebhookAutoServer",
+    "WebhookAutoTunnel",
+    "WebhookDockerDesktopServer",
+    "WebhookK3dServer",
+    "WebhookMinikubeServer",
+    "WebhookNgrokTunnel",
+    "WebhookServer",
+    "accessible_addr",
+    "certificate_hostnames",
+]
+
+logger = logging.getLogger("trioperator.webhooks")
+
+StrPath: TypeAlias = str | os.PathLike[str]
+
+
+class MissingDependencyError(ImportError):
+    """A server or tunnel needs an optional dependency that is not installed."""
+
+
+def accessible_addr(addr: str | None) -> str:
+    """The address a client uses to reach a listener on ``addr``.
+
+    Wildcard addresses (``None``, ``0.0.0.0``, ``::``) can be listened on but not connected
+    to; they are replaced by the loopback. Everything else is used as it is.
+    """
+    if addr is None:
+        return "localhost"
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return addr
+    if ip.is_unspecified:
+        return "127.0.0.1" if ip.version == 4 else "::1"
+    return addr
+
+
+def certificate_hostnames(host: str | None, addr: str | None, extra: Iterable[str]) -> list[str]:
+    """The SANs of a generated certificate, the common name first.
+
+    IP addresses are normalised (the API server compares them strictly), wildcard addresses
+    dropped, duplicates removed. The first non-IP name comes first, as it becomes the
+    certificate's common name.
+    """
+    seen: dict[str, None] = {}
+    for name in [host, accessible_addr(addr), *extra, "localhost", "127.0.0.1"]:
+        if not name:
+            continue
+        try:
+            ip = ipaddress.ip_address(name)
+        except ValueError:
+            seen.setdefault(name, None)
+        else:
+            if not ip.is_unspecified:
+                seen.setdefault(str(ip), None)
+    names = list(seen)
+    non_ips = [name for name in names if not _is_ip(name)]
+    return non_ips[:1] + [name for name in names if name not in non_ips[:1]]
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class WebhookServer:
+    """An HTTPS (or HTTP) endpoint on this machine for the API server's admission reviews.
+
+    * ``addr``, ``port``: where to listen (default: every interface, a free port chosen at
+      start and kept for the whole run).
+    * ``path``: the root path of the webhooks; reviews come to ``<path>/<handler id>``.
+    * ``host``: the host name in the advertised URL (default: the class's ``DEFAULT_HOST``,
+      else ``addr`` -- or ``localhost`` / the loopback for a wildcard ``addr``).
+    * ``cadata``, ``cafile``: the CA bundle advertised as the webhooks' ``caBundle`` (the
+      server does not use it). Without them, it is the generated CA, or ``certfile`` itself.
+    * ``cadump``: a file to write the advertised CA bundle to (e.g. for ``curl --cacert``).
+    * ``certfile``, ``pkeyfile``, ``password``: the server's certificate and key (the key may
+      be in ``certfile``). Without them, a CA and a certificate are generated with trustme.
+    * ``context``: a pre-configured ``ssl.SSLContext`` to load the above into.
+    * ``extra_sans``: more DNS names / IPs for the generated certificate.
+    * ``verify_mode``, ``verify_cafile``, ``verify_capath``, ``verify_cadata``: verification of
+      client certificates (``ssl.SSLContext.verify_mode``, ``load_verify_locations``); with
+      CA locations but no mode, a client certificate is optional but verified when given. The
+      verified certificate reaches handlers as ``sslpeer``.
+    * ``insecure``: plain HTTP, no TLS (the API server refuses such webhooks; for tunnels,
+      curl and debugging).
+    * ``file_check_interval``: how often (seconds) ``certfile``, ``pkeyfile`` and ``cafile``
+      are checked for changes; a change restarts the listener with the new files and
+      re-advertises the new CA bundle.
+    """
+
+    DEFAULT_HOST: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+        host: str | None = None,
+        cadata: bytes | None = None,
+        cafile: StrPath | None = None,
+        cadump: StrPath | None = None,
+        context: ssl.SSLContext | None = None,
+        insecure: bool = False,
+        certfile: StrPath | None = None,
+        pkeyfile: StrPath | None = None,
+        password: str | None = None,
+        extra_sans: Iterable[str] = (),
+        verify_mode: ssl.VerifyMode | None = None,
+        verify_cafile: StrPath | None = None,
+        verify_capath: StrPath | None = None,
+        verify_cadata: str | bytes | None = None,
+        file_check_interval: float = 60.0,
+    ) -> None:
+        if insecure and context is not None:
+            raise ValueError("An insecure (plain HTTP) webhook server cannot have an SSL context.")
+        if pkeyfile is not None and certfile is None:
+            raise ValueError("A webhook server's pkeyfile= needs its certfile= too.")
+        if port is not None and not 0 <= port <= 65535:
+            raise ValueError(f"A webhook server's port must be in 0..65535, not {port!r}.")
+        if file_check_interval <= 0:
+            raise ValueError(
+                f"file_check_interval must be positive, not {file_check_interval!r} seconds."
+            )
+        self.addr = addr
+        self.port = port
+        self.path = path
+        self.host = host
+        self.cadata = cadata
+        self.cafile = cafile
+        self.cadump = cadump
+        self.context = context
+        self.insecure = insecure
+        self.certfile = certfile
+        self.pkeyfile = pkeyfile
+        self.password = password
+        self.extra_sans = list(extra_sans)
+        self.verify_mode = verify_mode
+        self.verify_cafile = verify_cafile
+        self.verify_capath = verify_capath
+        self.verify_cadata = verify_cadata
+        self.file_check_interval = file_check_interval
+        # The host name used when `host` is not given: the class's, or a detected one.
+        self._default_host: str | None = self.DEFAULT_HOST
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
+
+    @property
+    def public_host(self) -> str:
+        """The host name in the advertised URL."""
+        return self.host or self._default_host or accessible_addr(self.addr)
+
+    @property
+    def root_path(self) -> str:
+        """The webhooks' root path in the URL: ``""`` or ``/a/b`` (no trailing slash)."""
+        stripped = (self.path or "").strip("/")
+        return f"/{stripped}" if stripped else ""
+
+    @property
+    def watched_files(self) -> list[StrPath]:
+        """The files whose changes restart the server (only those given by the user)."""
+        return [p for p in (self.certfile, self.pkeyfile, self.cafile) if p is not None]
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve reviews with ``fn`` until cancelled (the trio-native server shape)."""
+        await serve_webhooks(
+            fn,
+            build=self.build_setup,
+            addr=self.addr,
+            port=self.port,
+            path=self.root_path,
+            host=self.public_host,
+            configs=configs,
+            watched=self.watched_files,
+            check_interval=self.file_check_interval,
+            task_status=task_status,
+        )
+
+    def url(self, port: int) -> str:
+        """The advertised URL of this server if it listens on ``port``."""
+        scheme = "http" if self.insecure else "https"
+        return build_url(scheme, self.public_host, port, self.root_path)
+
+    def build_setup(self) -> ServingSetup:
+        """Load (or generate) the certificates into a TLS context; blocking file I/O.
+
+        Called at start and after the watched files change.
+        """
+        cadata = self.cadata
+        if cadata is None and self.cafile is not None:
+            cadata = pathlib.Path(self.cafile).read_bytes()
+        context = self.context
+        if context is None and not self.insecure:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if context is not None:
+            self._load_client_verification(context)
+            if self.certfile is not None:
+                logger.debug("Loading the webhook server's certificate from %s", self.certfile)
+                context.load_cert_chain(self.certfile, self.pkeyfile, self.password)
+                if cadata is None:
+                    cadata = pathlib.Path(self.certfile).read_bytes()
+            else:
+                # The generated CA is the only one that can vouch for the generated
+                # certificate, so it is advertised whatever cafile/cadata say.
+                cadata = self._generate_certificate(context)
+        if self.cadump is not None and cadata is not None:
+            pathlib.Path(self.cadump).write_bytes(cadata)
+        return ServingSetup(context=context, cadata=cadata)
+
+    def _load_client_verification(self, context: ssl.SSLContext) -> None:
+        if self.verify_mode is not None:
+            context.verify_mode = self.verify_mode
+        if self.verify_cafile or self.verify_capath or self.verify_cadata:
+            cadata = self.verify_cadata
+            # ssl takes bytes as DER only; PEM given as bytes is a common slip, accept it.
+            if isinstance(cadata, bytes) and cadata.lstrip().startswith(b"-----BEGIN"):
+                cadata = cadata.decode("ascii")
+            context.load_verify_locations(self.verify_cafile, self.verify_capath, cadata)
+            if context.verify_mode == ssl.CERT_NONE:
+                context.verify_mode = ssl.CERT_OPTIONAL
+
+    def _generate_certificate(self, context: ssl.SSLContext) -> bytes:
+        try:
+            import trustme
+        except ImportError:
+            raise MissingDependencyError(
+                "A webhook server without certfile= generates a self-signed certificate, which "
+                "needs an extra dependency: `pip install trioperator[webhooks]` (or "
+                "trioperator[dev]). Or pass certfile=/pkeyfile= of your own certificate, or "
+                "insecure=True for plain HTTP."
+            ) from None
+        hostnames = certificate_hostnames(
+            self.host or self._default_host, self.addr, self.extra_sans
+        )
+        logger.debug("Generating a self-signed certificate for %s", ", ".join(hostnames))
+        ca = trustme.CA(organization_name="trioperator webhooks")
+        common_name = hostnames[0] if not _is_ip(hostnames[0]) else None
+        cert = ca.issue_cert(*hostnames, common_name=common_name)
+        cert.configure_cert(context)
+        cadata: bytes = ca.cert_pem.bytes()
+        return cadata
+
+
+class WebhookK3dServer(WebhookServer):
+    """A :class:`WebhookServer` that K3d/K3s clusters reach as ``host.k3d.internal``."""
+
+    DEFAULT_HOST: ClassVar[str | None] = K3D_HOST
+
+
+class WebhookMinikubeServer(WebhookServer):
+    """A :class:`WebhookServer` that Minikube clusters reach as ``host.minikube.internal``."""
+
+    DEFAULT_HOST: ClassVar[str | None] = MINIKUBE_HOST
+
+
+class WebhookDockerDesktopServer(WebhookServer):
+    """A :class:`WebhookServer` that Docker Desktop reaches as ``host.docker.internal``."""
+
+    DEFAULT_HOST: ClassVar[str | None] = DOCKER_DESKTOP_HOST
+
+
+class WebhookAutoServer(WebhookServer):
+    """A :class:`WebhookServer` advertised under the host name of the detected local cluster.
+
+    K3d/K3s, Minikube and Docker Desktop are recognised (see
+    ``trioperator._kits.cluster_detection``) when the server starts; for any other cluster it
+    is a plain local server. It never tunnels: see :class:`WebhookAutoTunnel` for that.
+    """
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        detected = await detect_cluster_host()
+        if detected is None:
+            logger.info("No known local cluster detected: serving webhooks as a local server.")
+        else:
+            logger.info(f"A local cluster detected: it reaches the webhooks at {detected}.")
+            self._default_host = detected
+        await super().serve(fn, configs=configs, task_status=task_status)
+
+
+class WebhookNgrokTunnel:
+    """Admission reviews through an ngrok_ tunnel to a local plain-HTTP :class:`WebhookServer`.
+
+    .. _ngrok: https://ngrok.com/
+
+    ``addr``, ``port``, ``path`` are those of the local server. ``token`` (for paid plans),
+    ``region`` and ``binary`` (the ``ngrok`` executable; else pyngrok downloads one) configure
+    pyngrok (``pip install trioperator[ngrok]``). The advertised URL is the tunnel's public
+    HTTPS URL with the same path and no CA bundle (ngrok's certificates are publicly trusted).
+
+    The public URL is reachable by anybody who learns it; use it for development only.
+    """
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+        token: str | None = None,
+        region: str | None = None,
+        binary: StrPath | None = None,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.path = path
+        self.token = token
+        self.region = region
+        self.binary = binary
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve locally and through the tunnel until cancelled; the tunnel is closed then."""
+        try:
+            from pyngrok import conf, ngrok
+        except ImportError:
+            raise MissingDependencyError(
+                "The ngrok webhook tunnel needs an extra dependency: "
+                "`pip install trioperator[ngrok]` (or trioperator[dev])."
+            ) from None
+        options: dict[str, Any] = {}
+        if self.binary is not None:
+            options["ngrok_path"] = os.fspath(self.binary)
+        if self.region is not None:
+            options["region"] = self.region
+        if self.token is not None:
+            options["auth_token"] = self.token
+        pyngrok_config = conf.PyngrokConfig(**options)
+        local = WebhookServer(addr=self.addr, port=self.port, path=self.path, insecure=True)
+        public_urls: list[str] = []
+
+        async def disconnect() -> None:
+            while public_urls:
+                url = public_urls.pop()
+                await trio.to_thread.run_sync(
+                    partial(ngrok.disconnect, url, pyngrok_config=pyngrok_config)
+                )
+
+        async def retunnel(config: WebhookClientConfig) -> WebhookClientConfig:
+            # A new local endpoint (a restart) gets a new tunnel; the old one goes first.
+            await disconnect()
+            port = urlsplit(config["url"]).port
+            tunnel = await trio.to_thread.run_sync(
+                partial(ngrok.connect, str(port), "http", pyngrok_config=pyngrok_config)
+            )
+            public_url = str(tunnel.public_url)
+            public_urls.append(public_url)
+            if public_url.startswith("http://"):  # an ngrok v2 agent may hand out both
+                public_url = "https://" + public_url.removeprefix("http://")
+            url = f"{public_url.rstrip('/')}{local.root_path}"
+            logger.info(f"Admission webhooks are tunnelled through ngrok at {url}")
+            return WebhookClientConfig(url=url)
+
+        try:
+            await serve_translated(
+                fn, server=local, translate=retunnel, configs=configs, task_status=task_status
+            )
+        finally:
+            with trio.move_on_after(_TUNNEL_CLOSING_TIMEOUT, shield=True):
+                await disconnect()
+
+
+_TUNNEL_CLOSING_TIMEOUT = 5.0
+"""Seconds to close an ngrok tunnel when the operator stops (it is a call to the local agent)."""
+
+
+class WebhookAutoTunnel:
+    """A :class:`WebhookServer` for a detected local cluster, else a :class:`WebhookNgrokTunnel`.
+
+    Detection is that of :class:`WebhookAutoServer`. Only ``addr``, ``port`` and ``path`` are
+    configurable, as they are common to both. Mind that a cluster that is not recognised (or a
+    failed detection) means a public ngrok URL.
+    """
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        server: WebhookServer | WebhookNgrokTunnel
+        host = await detect_cluster_host()
+        if host is None:
+            logger.info("No known local cluster detected: tunnelling webhooks through ngrok.")
+            server = WebhookNgrokTunnel(addr=self.addr, port=self.port, path=self.path)
+        else:
+            logger.info(f"A local cluster detected: it reaches the webhooks at {host}.")
+            server = WebhookServer(addr=self.addr, port=self.port, path=self.path, host=host)
+        await server.serve(fn, configs=configs, task_status=task_status)

@@ -1,0 +1,246 @@
+"""The listening loop behind the webhook servers of ``trioperator._kits.webhooks``.
+
+The kits decide *what* to serve (TLS or plain HTTP, which certificate, which CA bundle to
+advertise, which public host name); this module does the serving, because serving needs a
+nursery and only the runtime opens nurseries:
+
+* it binds ``addr:port`` (a free port is picked once when none is given, and kept across
+  restarts so that the advertised URL does not change),
+* answers ``POST <path>/<webhook id>`` by calling the operator's ``WebhookFn``,
+* sends a ``WebhookClientConfig`` into ``configs`` when it starts and after every restart,
+* restarts the listener when the watched certificate files change on disk (polled on
+  trio's clock, so tests drive it with a mock clock). A renewed set of files that cannot be
+  loaded (e.g. a certificate rewritten before its key) is not used: the previous listener keeps
+  serving until the files are consistent again.
+
+``serve_translated`` runs such a server behind a tunnel: it advertises the tunnel's address
+instead of the local one, and follows the local server's restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import ipaddress
+import logging
+import os
+import ssl
+import urllib.parse
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TypeAlias
+
+import msgspec
+import trio
+
+from trioperator._engine.webhooks import (
+    TrioWebhookServer,
+    WebhookClientConfig,
+    WebhookFn,
+    WebhookRejected,
+)
+from trioperator._util.httpserver import Request, Response, serve_http
+
+__all__ = [
+    "ConfigTranslator",
+    "ServingSetup",
+    "SetupBuilder",
+    "build_url",
+    "serve_translated",
+    "serve_webhooks",
+]
+
+logger = logging.getLogger("trioperator.webhooks")
+
+StrPath: TypeAlias = str | os.PathLike[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingSetup:
+    """What one incarnation of a listener serves with."""
+
+    context: ssl.SSLContext | None
+    """The server's TLS context; ``None`` serves plain HTTP."""
+    cadata: bytes | None
+    """The PEM CA bundle advertised to the API server (``caBundle``), if any."""
+
+
+SetupBuilder: TypeAlias = Callable[[], ServingSetup]
+"""Builds the setup from the current files; blocking (it runs in a worker thread)."""
+
+
+def build_url(scheme: str, host: str, port: int, path: str) -> str:
+    """The URL of a listener: IPv6 literals bracketed, the scheme's default port omitted."""
+    try:
+        host = f"[{ipaddress.IPv6Address(host)}]"
+    except ValueError:
+        pass
+    default = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
+    netloc = host if default else f"{host}:{port}"
+    return urllib.parse.urlunsplit((scheme, netloc, path, "", ""))
+
+
+async def serve_webhooks(
+    fn: WebhookFn,
+    *,
+    build: SetupBuilder,
+    addr: str | None,
+    port: int | None,
+    path: str,
+    host: str,
+    configs: trio.MemorySendChannel[WebhookClientConfig],
+    watched: Sequence[StrPath] = (),
+    check_interval: float = 60.0,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve admission reviews until cancelled (see the module's docstring).
+
+    ``addr`` is the address to listen on (``None``: every interface), ``path`` the root path of
+    the webhooks (``""`` or ``/a/b``, no trailing slash), ``host`` the name the API server
+    reaches the listener by. Errors of the initial ``build`` (a missing file, a wrong password)
+    propagate: the operator cannot serve with them.
+    """
+    setup = await trio.to_thread.run_sync(build)
+    digest = await _digest(watched)
+    if not port:
+        port = await _free_port(addr)
+    handler = partial(_handle, fn, path)
+    started = False
+    while True:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(
+                partial(serve_http, handler, host=addr, port=port, ssl_context=setup.context)
+            )
+            scheme = "http" if setup.context is None else "https"
+            url = build_url(scheme, host, port, path)
+            logger.info(f"Serving admission webhooks at {url} (listening on {addr or '*'}:{port})")
+            config = WebhookClientConfig(url=url)
+            if setup.cadata is not None:
+                config["caBundle"] = base64.b64encode(setup.cadata).decode("ascii")
+            if not started:
+                started = True
+                task_status.started()
+            await configs.send(config)
+            setup, digest = await _wait_for_renewal(build, watched, digest, check_interval)
+            logger.info("Restarting the webhook server with the renewed certificate files.")
+            nursery.cancel_scope.cancel()
+
+
+async def _handle(fn: WebhookFn, root: str, request: Request) -> Response:
+    if request.path != root and not request.path.startswith(f"{root}/"):
+        return _error(404, f"No webhooks are served at {request.path}.")
+    if request.method != "POST":
+        response = _error(405, f"Admission reviews are POSTed, not sent with {request.method}.")
+        response.headers["allow"] = "POST"
+        return response
+    # Kopf routes `<root>/<id>` with any id (sub-handler ids contain slashes); no id at all
+    # means "every handler", which the operator decides about.
+    webhook = urllib.parse.unquote(request.path[len(root) + 1 :]) or None
+    try:
+        review = await fn(
+            request.body,
+            webhook=webhook,
+            headers=request.headers,
+            sslpeer=request.peer or {},
+        )
+    except WebhookRejected as exc:
+        # The operator's function has logged why (it knows the details); no second warning.
+        logger.debug(f"Rejected a review for webhook {webhook!r}: {exc.message} ({exc.status})")
+        return _error(exc.status, exc.message)
+    except Exception:
+        # One broken review must not stop the server: the API server gets a 500 and applies
+        # the webhook's failure policy; the traceback goes to the log.
+        logger.exception(f"Serving a review for webhook {webhook!r} failed.")
+        return _error(500, "The operator failed to review the request; see its log.")
+    return Response(200, msgspec.json.encode(review))
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(status, message.encode("utf-8"), content_type="text/plain; charset=utf-8")
+
+
+async def _free_port(addr: str | None) -> int:
+    """A port that is free on ``addr`` now, picked once so that restarts keep the URL."""
+    listeners = await trio.open_tcp_listeners(0, host=addr)
+    try:
+        port: int = listeners[0].socket.getsockname()[1]
+        return port
+    finally:
+        for listener in listeners:
+            await listener.aclose()
+
+
+async def _wait_for_renewal(
+    build: SetupBuilder,
+    watched: Sequence[StrPath],
+    digest: str,
+    interval: float,
+) -> tuple[ServingSetup, str]:
+    """Sleep until the watched files change into something loadable; return the new setup."""
+    if not watched:
+        await trio.sleep_forever()
+    refused: str | None = None
+    while True:
+        await trio.sleep(interval)
+        try:
+            current = await _digest(watched)
+        except OSError as exc:
+            # Mounted secrets are replaced by swapping symlinks; a file may be briefly absent.
+            logger.debug(f"Certificate files are not readable at the moment: {exc}")
+            continue
+        if current == digest:
+            continue
+        try:
+            setup = await trio.to_thread.run_sync(build)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            if current != refused:
+                refused = current
+                logger.error(
+                    f"The renewed certificate files cannot be used ({exc}); "
+                    f"serving with the previous ones until they change again."
+                )
+            continue
+        return setup, current
+
+
+async def _digest(paths: Sequence[StrPath]) -> str:
+    # A content hash, not mtimes: files of mounted secrets keep odd mtimes, and the whole
+    # content is tiny. Only the hash is kept, not the (secret) content.
+    def read() -> str:
+        hasher = hashlib.sha256()
+        for path in paths:
+            with open(path, "rb") as f:
+                hasher.update(hashlib.sha256(f.read()).digest())
+        return hasher.hexdigest()
+
+    return await trio.to_thread.run_sync(read)
+
+
+ConfigTranslator: TypeAlias = Callable[[WebhookClientConfig], Awaitable[WebhookClientConfig]]
+"""Turns a local server's client config into the one to advertise (e.g. a tunnel's URL)."""
+
+
+async def serve_translated(
+    fn: WebhookFn,
+    *,
+    server: TrioWebhookServer,
+    translate: ConfigTranslator,
+    configs: trio.MemorySendChannel[WebhookClientConfig],
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``server`` locally and advertise ``translate``'s version of each of its configs.
+
+    This is the shape of a tunnel: the local endpoint changes (a restart after renewed
+    certificates), the tunnel follows it and the operator re-points its webhooks.
+    """
+    send, receive = trio.open_memory_channel[WebhookClientConfig](0)
+    async with trio.open_nursery() as nursery, receive:
+        await nursery.start(partial(server.serve, fn, configs=send))
+        started = False
+        async for local in receive:
+            public = await translate(local)
+            if not started:
+                started = True
+                task_status.started()
+            await configs.send(public)
