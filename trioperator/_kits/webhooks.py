@@ -38,7 +38,7 @@ import logging
 import os
 import pathlib
 import ssl
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeAlias
 from urllib.parse import urlsplit
@@ -70,6 +70,7 @@ __all__ = [
     "WebhookServer",
     "accessible_addr",
     "certificate_hostnames",
+    "normalise_hostnames",
 ]
 
 logger = logging.getLogger("trioperator.webhooks")
@@ -101,12 +102,21 @@ def accessible_addr(addr: str | None) -> str:
 def certificate_hostnames(host: str | None, addr: str | None, extra: Iterable[str]) -> list[str]:
     """The SANs of a generated certificate, the common name first.
 
-    IP addresses are normalised (the API server compares them strictly), wildcard addresses
-    dropped, duplicates removed. The first non-IP name comes first, as it becomes the
-    certificate's common name.
+    They cover the host, the address, ``extra``, ``localhost`` and ``127.0.0.1`` (for curl and
+    port-forwarding), normalised as :func:`normalise_hostnames` does.
+    """
+    return normalise_hostnames([host, accessible_addr(addr), *extra, "localhost", "127.0.0.1"])
+
+
+def normalise_hostnames(names: Iterable[str | None]) -> list[str]:
+    """Names for a certificate: IPs normalised, wildcards and duplicates dropped, a name first.
+
+    IP addresses are written canonically (the API server compares them strictly); wildcard
+    addresses (``0.0.0.0``, ``::``) cannot be connected to and are dropped. The first non-IP
+    name moves to the front, as it becomes the certificate's common name.
     """
     seen: dict[str, None] = {}
-    for name in [host, accessible_addr(addr), *extra, "localhost", "127.0.0.1"]:
+    for name in names:
         if not name:
             continue
         try:
@@ -116,9 +126,9 @@ def certificate_hostnames(host: str | None, addr: str | None, extra: Iterable[st
         else:
             if not ip.is_unspecified:
                 seen.setdefault(str(ip), None)
-    names = list(seen)
-    non_ips = [name for name in names if not _is_ip(name)]
-    return non_ips[:1] + [name for name in names if name not in non_ips[:1]]
+    ordered = list(seen)
+    leading = [name for name in ordered if not _is_ip(name)][:1]
+    return leading + [name for name in ordered if name not in leading]
 
 
 def _is_ip(name: str) -> bool:
@@ -294,25 +304,62 @@ class WebhookServer:
                 context.verify_mode = ssl.CERT_OPTIONAL
 
     def _generate_certificate(self, context: ssl.SSLContext) -> bytes:
-        try:
-            import trustme
-        except ImportError:
-            raise MissingDependencyError(
-                "A webhook server without certfile= generates a self-signed certificate, which "
-                "needs an extra dependency: `pip install trioperator[webhooks]` (or "
-                "trioperator[dev]). Or pass certfile=/pkeyfile= of your own certificate, or "
-                "insecure=True for plain HTTP."
-            ) from None
+        trustme = _import_trustme()
         hostnames = certificate_hostnames(
             self.host or self._default_host, self.addr, self.extra_sans
         )
         logger.debug("Generating a self-signed certificate for %s", ", ".join(hostnames))
         ca = trustme.CA(organization_name="trioperator webhooks")
-        common_name = hostnames[0] if not _is_ip(hostnames[0]) else None
-        cert = ca.issue_cert(*hostnames, common_name=common_name)
+        cert = ca.issue_cert(*hostnames, common_name=_common_name(hostnames))
         cert.configure_cert(context)
         cadata: bytes = ca.cert_pem.bytes()
         return cadata
+
+    @staticmethod
+    def build_certificate(
+        hostnames: Collection[str], password: str | None = None
+    ) -> tuple[bytes, bytes]:
+        """A certificate for ``hostnames`` and its private key, both PEM (Kopf's helper).
+
+        The certificate comes with the CA that issued it (the PEM holds both), so the same
+        file serves as ``certfile`` and as ``cafile``/``cadata``. The names are normalised as
+        :func:`normalise_hostnames` does; ``password`` encrypts the key.
+        """
+        trustme = _import_trustme()
+        names = normalise_hostnames(hostnames)
+        if not names:
+            raise ValueError(f"No usable host names for a certificate in {hostnames!r}.")
+        ca = trustme.CA(organization_name="trioperator webhooks")
+        cert = ca.issue_cert(*names, common_name=_common_name(names))
+        chain = b"".join(pem.bytes() for pem in cert.cert_chain_pems) + ca.cert_pem.bytes()
+        key: bytes = cert.private_key_pem.bytes()
+        if password is not None:
+            from cryptography.hazmat.primitives import serialization
+
+            private = serialization.load_pem_private_key(key, password=None)
+            key = private.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.BestAvailableEncryption(password.encode("utf-8")),
+            )
+        return chain, key
+
+
+def _import_trustme() -> Any:
+    try:
+        import trustme
+    except ImportError:
+        raise MissingDependencyError(
+            "A webhook server without certfile= generates a self-signed certificate, which "
+            "needs an extra dependency: `pip install trioperator[webhooks]` (or "
+            "trioperator[dev]). Or pass certfile=/pkeyfile= of your own certificate, or "
+            "insecure=True for plain HTTP."
+        ) from None
+    return trustme
+
+
+def _common_name(names: list[str]) -> str | None:
+    return names[0] if names and not _is_ip(names[0]) else None
 
 
 class WebhookK3dServer(WebhookServer):
@@ -341,6 +388,11 @@ class WebhookAutoServer(WebhookServer):
     is a plain local server. It never tunnels: see :class:`WebhookAutoTunnel` for that.
     """
 
+    @staticmethod
+    async def guess_host() -> str | None:
+        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
+        return await detect_cluster_host()
+
     async def serve(
         self,
         fn: WebhookFn,
@@ -348,7 +400,7 @@ class WebhookAutoServer(WebhookServer):
         configs: trio.MemorySendChannel[WebhookClientConfig],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        detected = await detect_cluster_host()
+        detected = await self.guess_host()
         if detected is None:
             logger.info("No known local cluster detected: serving webhooks as a local server.")
         else:
@@ -473,6 +525,11 @@ class WebhookAutoTunnel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
+    @staticmethod
+    async def guess_host() -> str | None:
+        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
+        return await detect_cluster_host()
+
     async def serve(
         self,
         fn: WebhookFn,
@@ -481,7 +538,7 @@ class WebhookAutoTunnel:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         server: WebhookServer | WebhookNgrokTunnel
-        host = await detect_cluster_host()
+        host = await self.guess_host()
         if host is None:
             logger.info("No known local cluster detected: tunnelling webhooks through ngrok.")
             server = WebhookNgrokTunnel(addr=self.addr, port=self.port, path=self.path)

@@ -191,3 +191,23 @@ async def test_a_half_renewed_pair_is_not_used_until_complete(
         renewed = await srv.configs.receive()
         assert base64.b64decode(renewed["caBundle"]) == new_cert.read_bytes()
         assert (await post(srv.port, "/x", context=trusting(new_ca))).status == 200
+
+
+@pytest.mark.parametrize("password", [None, "s3cret"])
+async def test_kopf_build_certificate_makes_a_servable_and_trustable_pair(
+    recorder: Recorder, tmp_path: Path, password: str | None
+) -> None:
+    cert, key = WebhookServer.build_certificate(["localhost", "0.0.0.0", "127.0.0.1"], password)
+    certfile, pkeyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    certfile.write_bytes(cert)
+    pkeyfile.write_bytes(key)
+    assert (b"ENCRYPTED" in key) == (password is not None)
+    server = WebhookServer(
+        addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile, password=password
+    )
+    async with running(server, recorder) as srv:
+        assert bundle(srv) == cert  # no cafile: the certificate file is the bundle
+        client = ssl.create_default_context(cadata=cert.decode())
+        for hostname in ["localhost", "127.0.0.1"]:
+            reply = await post(srv.port, "/x", context=client, server_hostname=hostname)
+            assert reply.status == 200

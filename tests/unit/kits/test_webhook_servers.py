@@ -131,3 +131,8 @@ async def test_missing_pyngrok_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 )
 def test_recognised_clusters(identity: ServerIdentity, host: str | None) -> None:
     assert recognise_cluster(identity) == host
+
+
+def test_build_certificate_refuses_only_wildcards() -> None:
+    with pytest.raises(ValueError, match="No usable host names"):
+        WebhookServer.build_certificate(["0.0.0.0", "::"])
