@@ -29,6 +29,10 @@ takes the operator's ``WebhookFn`` and yields ``WebhookClientConfig`` dicts (a `
 
 The operator runs such a generator in a task of its own (it must not open nurseries across
 its ``yield``). The framework appends ``/<handler id>`` to the URL (or ``service.path``).
+
+A tunnel to a local server can also subclass :class:`WebhookServer` as in Kopf, overriding
+``__call__`` to iterate ``super().__call__(fn)`` (the local server's configs, e.g. after a
+certificate renewal) and yield the tunnel's; the server then advertises what it yields.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import logging
 import os
 import pathlib
 import ssl
-from collections.abc import Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeAlias
 from urllib.parse import urlsplit
@@ -55,6 +59,7 @@ from trioperator._kits.cluster_detection import (
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
     build_url,
+    serve_relayed,
     serve_translated,
     serve_webhooks,
 )
@@ -219,6 +224,8 @@ class WebhookServer:
         self.file_check_interval = file_check_interval
         # The host name used when `host` is not given: the class's, or a detected one.
         self._default_host: str | None = self.DEFAULT_HOST
+        # The local server's configs while a Kopf-style subclass's __call__ relays them.
+        self._local_configs: AsyncIterator[WebhookClientConfig] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
@@ -246,7 +253,30 @@ class WebhookServer:
         configs: trio.MemorySendChannel[WebhookClientConfig],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve reviews with ``fn`` until cancelled (the trio-native server shape)."""
+        """Serve reviews with ``fn`` until cancelled (the trio-native server shape).
+
+        A subclass that overrides ``__call__`` in Kopf's way (a tunnel that iterates
+        ``super().__call__(fn)`` and yields adjusted client configs) is served with the
+        configs its ``__call__`` yields.
+        """
+        if type(self).__call__ is not WebhookServer.__call__:
+            await serve_relayed(
+                fn,
+                server=_Local(self),
+                relay=partial(self._relay, fn),
+                configs=configs,
+                task_status=task_status,
+            )
+        else:
+            await self._serve_locally(fn, configs=configs, task_status=task_status)
+
+    async def _serve_locally(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         await serve_webhooks(
             fn,
             build=self.build_setup,
@@ -259,6 +289,27 @@ class WebhookServer:
             check_interval=self.file_check_interval,
             task_status=task_status,
         )
+
+    def _relay(
+        self, fn: WebhookFn, local: AsyncIterator[WebhookClientConfig]
+    ) -> AsyncIterator[WebhookClientConfig]:
+        self._local_configs = local
+        return self(fn)
+
+    async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
+        """The client configs of the local server, for Kopf-style subclasses' ``__call__``.
+
+        Only a subclass's ``super().__call__(fn)`` works, while the operator serves it: the
+        listening runs in the operator's task tree (``serve()``), never inside a generator.
+        """
+        if self._local_configs is None:
+            raise TypeError(
+                f"{type(self).__name__} is not iterable on its own: the operator serves it "
+                f"with serve(). To adjust its client configs (e.g. for a tunnel), subclass it "
+                f"and override __call__ to iterate super().__call__(fn), as in Kopf."
+            )
+        async for config in self._local_configs:
+            yield config
 
     def url(self, port: int) -> str:
         """The advertised URL of this server if it listens on ``port``."""
@@ -343,6 +394,22 @@ class WebhookServer:
                 serialization.BestAvailableEncryption(password.encode("utf-8")),
             )
         return chain, key
+
+
+class _Local:
+    """A server's own listening, without its subclass's ``__call__`` in between."""
+
+    def __init__(self, server: WebhookServer) -> None:
+        self._server = server
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self._server._serve_locally(fn, configs=configs, task_status=task_status)
 
 
 def _import_trustme() -> Any:

@@ -13,8 +13,8 @@ nursery and only the runtime opens nurseries:
   loaded (e.g. a certificate rewritten before its key) is not used: the previous listener keeps
   serving until the files are consistent again.
 
-``serve_translated`` runs such a server behind a tunnel: it advertises the tunnel's address
-instead of the local one, and follows the local server's restarts.
+``serve_translated`` and ``serve_relayed`` run such a server behind a tunnel: they advertise the
+tunnel's address instead of the local one, and follow the local server's restarts.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import logging
 import os
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeAlias
 
@@ -43,10 +43,12 @@ from trioperator._engine.webhooks import (
 from trioperator._util.httpserver import Request, Response, serve_http
 
 __all__ = [
+    "ConfigRelay",
     "ConfigTranslator",
     "ServingSetup",
     "SetupBuilder",
     "build_url",
+    "serve_relayed",
     "serve_translated",
     "serve_webhooks",
 ]
@@ -220,6 +222,11 @@ async def _digest(paths: Sequence[StrPath]) -> str:
 ConfigTranslator: TypeAlias = Callable[[WebhookClientConfig], Awaitable[WebhookClientConfig]]
 """Turns a local server's client config into the one to advertise (e.g. a tunnel's URL)."""
 
+ConfigRelay: TypeAlias = Callable[
+    [AsyncIterator[WebhookClientConfig]], AsyncIterator[WebhookClientConfig]
+]
+"""Turns the local server's stream of client configs into the stream to advertise."""
+
 
 async def serve_translated(
     fn: WebhookFn,
@@ -234,13 +241,49 @@ async def serve_translated(
     This is the shape of a tunnel: the local endpoint changes (a restart after renewed
     certificates), the tunnel follows it and the operator re-points its webhooks.
     """
+
+    async def relay(
+        local: AsyncIterator[WebhookClientConfig],
+    ) -> AsyncIterator[WebhookClientConfig]:
+        async for config in local:
+            yield await translate(config)
+
+    await serve_relayed(fn, server=server, relay=relay, configs=configs, task_status=task_status)
+
+
+async def serve_relayed(
+    fn: WebhookFn,
+    *,
+    server: TrioWebhookServer,
+    relay: ConfigRelay,
+    configs: trio.MemorySendChannel[WebhookClientConfig],
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``server`` locally; advertise what the ``relay`` generator makes of its configs.
+
+    The relay is an async generator (e.g. Kopf's ``__call__`` of a tunnel that subclasses a
+    server): it runs here, in this task, and opens no nursery across its ``yield``; the local
+    server runs beside it in this function's nursery. The operator counts as started once the
+    relay gave its first config.
+    """
     send, receive = trio.open_memory_channel[WebhookClientConfig](0)
     async with trio.open_nursery() as nursery, receive:
         await nursery.start(partial(server.serve, fn, configs=send))
         started = False
-        async for local in receive:
-            public = await translate(local)
-            if not started:
-                started = True
-                task_status.started()
-            await configs.send(public)
+        public_configs = relay(receive)
+        try:
+            async for public in public_configs:
+                if not started:
+                    started = True
+                    task_status.started()
+                await configs.send(public)
+        finally:
+            # Close a generator here and now (its cleanup, e.g. a tunnel's, belongs to this
+            # task), not whenever the garbage collector finds it.
+            aclose = getattr(public_configs, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        # A relay that ends gives no more configs; the last one stays valid while we serve.
+        if not started:
+            raise RuntimeError("The webhook server's relay ended without giving a client config.")
+        await trio.sleep_forever()

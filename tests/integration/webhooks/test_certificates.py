@@ -13,22 +13,7 @@ import trio
 import trustme
 from trioperator._kits.webhooks import WebhookServer
 
-from .conftest import Recorder, Running, post, running
-
-
-def write_server_files(directory: Path, ca: trustme.CA) -> tuple[Path, Path, Path]:
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    certfile, pkeyfile, cafile = directory / "tls.crt", directory / "tls.key", directory / "ca.crt"
-    certfile.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
-    pkeyfile.write_bytes(cert.private_key_pem.bytes())
-    cafile.write_bytes(ca.cert_pem.bytes())
-    return certfile, pkeyfile, cafile
-
-
-def trusting(ca: trustme.CA) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    ca.configure_trust(context)
-    return context
+from .conftest import Recorder, Running, post, running, trusting, write_server_files
 
 
 def bundle(srv: Running) -> bytes:
