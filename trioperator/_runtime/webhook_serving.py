@@ -116,9 +116,7 @@ async def serve_webhooks(
             )
             scheme = "http" if setup.context is None else "https"
             url = build_url(scheme, host, port, path)
-            # The operator logs where the webhooks are advertised; this is where they listen.
-            logger.info(f"Listening for admission reviews on {addr or '*'}:{port} ({scheme}).")
-            logger.debug(f"The webhook server's URL is {url}")
+            logger.info(f"Serving admission webhooks at {url} (listening on {addr or '*'}:{port})")
             config = WebhookClientConfig(url=url)
             if setup.cadata is not None:
                 config["caBundle"] = base64.b64encode(setup.cadata).decode("ascii")
