@@ -11,7 +11,8 @@ nursery and only the runtime opens nurseries:
 * restarts the listener when the watched certificate files change on disk (polled on
   trio's clock, so tests drive it with a mock clock). A renewed set of files that cannot be
   loaded (e.g. a certificate rewritten before its key) is not used: the previous listener keeps
-  serving until the files are consistent again.
+  serving until the files are consistent again. The reviews in flight on the previous
+  listener's connections are answered (within a grace period), not cut.
 
 ``serve_translated`` and ``serve_relayed`` run such a server behind a tunnel: they advertise the
 tunnel's address instead of the local one, and follow the local server's restarts.
@@ -29,7 +30,7 @@ import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import msgspec
 import trio
@@ -40,9 +41,10 @@ from trioperator._engine.webhooks import (
     WebhookFn,
     WebhookRejected,
 )
-from trioperator._util.httpserver import Request, Response, serve_http
+from trioperator._util.httpserver import Handler, Request, Response, serve_http
 
 __all__ = [
+    "RETIRED_GRACE",
     "ConfigRelay",
     "ConfigTranslator",
     "ServingSetup",
@@ -56,6 +58,10 @@ __all__ = [
 logger = logging.getLogger("trioperator.webhooks")
 
 StrPath: TypeAlias = str | os.PathLike[str]
+
+RETIRED_GRACE: Final = 30.0
+"""Seconds that connections of a restarted listener keep serving the reviews in flight: the
+API server waits for a webhook at most 30 seconds (``timeoutSeconds``' maximum)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +100,7 @@ async def serve_webhooks(
     configs: trio.MemorySendChannel[WebhookClientConfig],
     watched: Sequence[StrPath] = (),
     check_interval: float = 60.0,
+    grace: float = RETIRED_GRACE,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admission reviews until cancelled (see the module's docstring).
@@ -101,7 +108,8 @@ async def serve_webhooks(
     ``addr`` is the address to listen on (``None``: every interface), ``path`` the root path of
     the webhooks (``""`` or ``/a/b``, no trailing slash), ``host`` the name the API server
     reaches the listener by. Errors of the initial ``build`` (a missing file, a wrong password)
-    propagate: the operator cannot serve with them.
+    propagate: the operator cannot serve with them. After a restart, the previous listener's
+    connections have ``grace`` seconds to finish their reviews.
     """
     setup = await trio.to_thread.run_sync(build)
     digest = await _digest(watched)
@@ -109,11 +117,10 @@ async def serve_webhooks(
         port = await _free_port(addr)
     handler = partial(_handle, fn, path)
     started = False
-    while True:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(
-                partial(serve_http, handler, host=addr, port=port, ssl_context=setup.context)
-            )
+    async with trio.open_nursery() as nursery:
+        while True:
+            generation = _Generation(handler, host=addr, port=port, context=setup.context)
+            await nursery.start(generation.run, grace)
             scheme = "http" if setup.context is None else "https"
             url = build_url(scheme, host, port, path)
             logger.info(f"Serving admission webhooks at {url} (listening on {addr or '*'}:{port})")
@@ -126,7 +133,57 @@ async def serve_webhooks(
             await configs.send(config)
             setup, digest = await _wait_for_renewal(build, watched, digest, check_interval)
             logger.info("Restarting the webhook server with the renewed certificate files.")
-            nursery.cancel_scope.cancel()
+            await generation.retire()
+
+
+class _Generation:
+    """One listener with one TLS setup, and the connections it accepted.
+
+    Retiring it stops the accepting at once (so that the next generation can bind the port)
+    but lets the accepted connections finish the reviews in flight: they are cut only after
+    the grace period. Idle keep-alive connections are cut then too; the API server reconnects,
+    and gets the new certificate.
+    """
+
+    def __init__(
+        self, handler: Handler, *, host: str | None, port: int, context: ssl.SSLContext | None
+    ) -> None:
+        self._serve = partial(serve_http, handler, host=host, port=port, ssl_context=context)
+        self._accepting = trio.CancelScope()
+        self._retired = trio.Event()
+        self._not_accepting = trio.Event()
+
+    async def run(self, grace: float, *, task_status: trio.TaskStatus[None]) -> None:
+        async with trio.open_nursery() as connections:
+            await connections.start(self._accept, connections)
+            task_status.started()
+            await self._retired.wait()
+            self._accepting.cancel()
+            connections.cancel_scope.deadline = trio.current_time() + grace
+
+    async def _accept(
+        self, connections: trio.Nursery, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        try:
+            with self._accepting:
+                await self._serve(handler_nursery=connections, task_status=_Started(task_status))
+        finally:
+            self._not_accepting.set()
+
+    async def retire(self) -> None:
+        """Stop accepting (the listening socket is closed on return); let the rest finish."""
+        self._retired.set()
+        await self._not_accepting.wait()
+
+
+class _Started:
+    """Report a plain start to a status that does not want the listeners."""
+
+    def __init__(self, status: trio.TaskStatus[None]) -> None:
+        self._status = status
+
+    def started(self, value: object = None) -> None:
+        self._status.started()
 
 
 async def _handle(fn: WebhookFn, root: str, request: Request) -> Response:

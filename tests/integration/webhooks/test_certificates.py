@@ -4,14 +4,19 @@ rotation when the files change on disk."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import ssl
 from pathlib import Path
+from typing import Any
 
+import h11
 import pytest
 import trio
+import trio.testing
 import trustme
 from trioperator._kits.webhooks import WebhookServer
+from trioperator._runtime.webhook_serving import RETIRED_GRACE
 
 from .conftest import Recorder, Running, post, running, trusting, write_server_files
 
@@ -196,3 +201,78 @@ async def test_kopf_build_certificate_makes_a_servable_and_trustable_pair(
         for hostname in ["localhost", "127.0.0.1"]:
             reply = await post(srv.port, "/x", context=client, server_hostname=hostname)
             assert reply.status == 200
+
+
+@dataclasses.dataclass
+class Gated(Recorder):
+    """Reviews of the webhook ``slow`` wait for the gate (a review in flight)."""
+
+    entered: trio.Event = dataclasses.field(default_factory=trio.Event)
+    gate: trio.Event = dataclasses.field(default_factory=trio.Event)
+
+    async def __call__(self, request: Any, *, webhook: str | None = None, **kwargs: Any) -> Any:
+        if webhook == "slow":
+            self.entered.set()
+            await self.gate.wait()
+        return await super().__call__(request, webhook=webhook, **kwargs)
+
+
+async def start_slow_review(
+    nursery: trio.Nursery, port: int, context: ssl.SSLContext
+) -> dict[str, Any]:
+    outcome: dict[str, Any] = {}
+
+    async def review() -> None:
+        try:
+            outcome["reply"] = await post(port, "/slow", context=context)
+        except (trio.BrokenResourceError, h11.RemoteProtocolError) as exc:
+            outcome["error"] = exc
+
+    nursery.start_soon(review)
+    return outcome
+
+
+async def test_a_review_in_flight_is_answered_across_a_restart(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    old_ca, new_ca = trustme.CA(), trustme.CA()
+    certfile, pkeyfile, cafile = write_server_files(tmp_path, old_ca)
+    fn = Gated()
+    server = WebhookServer(
+        addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile, cafile=cafile, file_check_interval=5
+    )
+    async with running(server, fn) as srv, trio.open_nursery() as nursery:
+        slow = await start_slow_review(nursery, srv.port, trusting(old_ca))
+        await fn.entered.wait()
+        write_server_files(tmp_path, new_ca)
+        mock_clock.jump(5)
+        await srv.configs.receive()
+        fast = await post(srv.port, "/fast", context=trusting(new_ca))
+        assert fast.status == 200
+        assert "reply" not in slow
+        fn.gate.set()
+    assert slow["reply"].status == 200
+    assert [call.webhook for call in fn.calls] == ["fast", "slow"]
+
+
+async def test_a_review_in_flight_is_cut_after_the_grace_period(
+    tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    old_ca = trustme.CA()
+    certfile, pkeyfile, cafile = write_server_files(tmp_path, old_ca)
+    fn = Gated()
+    server = WebhookServer(
+        addr="127.0.0.1", certfile=certfile, pkeyfile=pkeyfile, cafile=cafile, file_check_interval=5
+    )
+    async with running(server, fn) as srv, trio.open_nursery() as nursery:
+        slow = await start_slow_review(nursery, srv.port, trusting(old_ca))
+        await fn.entered.wait()
+        write_server_files(tmp_path, trustme.CA())
+        mock_clock.jump(5)
+        await srv.configs.receive()
+        mock_clock.jump(RETIRED_GRACE - 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert slow == {}
+        mock_clock.jump(1)
+    assert "error" in slow
+    assert fn.calls == []  # never answered
