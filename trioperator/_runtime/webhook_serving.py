@@ -111,8 +111,9 @@ async def serve_webhooks(
     propagate: the operator cannot serve with them. After a restart, the previous listener's
     connections have ``grace`` seconds to finish their reviews.
     """
-    setup = await trio.to_thread.run_sync(build)
+    # The digest first: files renewed while the setup is built then count as a change.
     digest = await _digest(watched)
+    setup = await trio.to_thread.run_sync(build)
     if not port:
         port = await _free_port(addr)
     handler = partial(_handle, fn, path)
