@@ -14,6 +14,8 @@ certificates) is ``trioperator._runtime.webhook_serving``.
   :class:`WebhookDockerDesktopServer` are the same server advertised under the host name by
   which those local clusters reach their host machine; :class:`WebhookAutoServer` picks one of
   those names by detecting the cluster (``trioperator._kits.cluster_detection``).
+* :class:`WebhookServiceServer` runs in a pod and is advertised as the in-cluster Service in
+  front of it (``clientConfig.service``), with a generated certificate for the Service's names.
 * :class:`WebhookNgrokTunnel` serves plain HTTP locally and advertises an ngrok tunnel's public
   URL (``pip install trioperator[ngrok]``); :class:`WebhookAutoTunnel` is the auto-server for a
   recognised local cluster and the ngrok tunnel otherwise.
@@ -49,7 +51,11 @@ from urllib.parse import urlsplit
 
 import trio
 
-from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
+from trioperator._engine.webhooks import (
+    WebhookClientConfig,
+    WebhookClientConfigService,
+    WebhookFn,
+)
 from trioperator._kits.cluster_detection import (
     DOCKER_DESKTOP_HOST,
     K3D_HOST,
@@ -73,6 +79,7 @@ __all__ = [
     "WebhookMinikubeServer",
     "WebhookNgrokTunnel",
     "WebhookServer",
+    "WebhookServiceServer",
     "accessible_addr",
     "certificate_hostnames",
     "normalise_hostnames",
@@ -287,8 +294,19 @@ class WebhookServer:
             configs=configs,
             watched=self.watched_files,
             check_interval=self.file_check_interval,
+            service=self.service,
             task_status=task_status,
         )
+
+    @property
+    def service(self) -> WebhookClientConfigService | None:
+        """The in-cluster Service to advertise instead of a URL (none for a plain server)."""
+        return None
+
+    @property
+    def certificate_names(self) -> list[str]:
+        """The SANs of a generated certificate, the common name first."""
+        return certificate_hostnames(self.host or self._default_host, self.addr, self.extra_sans)
 
     def _relay(
         self, fn: WebhookFn, local: AsyncIterator[WebhookClientConfig]
@@ -356,9 +374,7 @@ class WebhookServer:
 
     def _generate_certificate(self, context: ssl.SSLContext) -> bytes:
         trustme = _import_trustme()
-        hostnames = certificate_hostnames(
-            self.host or self._default_host, self.addr, self.extra_sans
-        )
+        hostnames = self.certificate_names
         logger.debug("Generating a self-signed certificate for %s", ", ".join(hostnames))
         ca = trustme.CA(organization_name="trioperator webhooks")
         cert = ca.issue_cert(*hostnames, common_name=_common_name(hostnames))
@@ -445,6 +461,79 @@ class WebhookDockerDesktopServer(WebhookServer):
     """A :class:`WebhookServer` that Docker Desktop reaches as ``host.docker.internal``."""
 
     DEFAULT_HOST: ClassVar[str | None] = DOCKER_DESKTOP_HOST
+
+
+class WebhookServiceServer(WebhookServer):
+    """A :class:`WebhookServer` in a pod, advertised as the in-cluster Service in front of it.
+
+    Beyond Kopf. The webhook configurations get ``clientConfig.service`` (``name``,
+    ``namespace``, ``port``, ``path``) instead of a URL, so the API server reaches the operator
+    through the Service ``name`` (which must route its ``service_port`` to this server's
+    ``port``, 9443 by default). ``namespace`` defaults to the pod's own (from its service
+    account). A generated certificate (trustme) names the Service in all the forms the API
+    server and in-cluster clients use: ``name``, ``name.namespace``, ``name.namespace.svc``
+    (the common name: that is what the API server verifies) and
+    ``name.namespace.svc.cluster.local``; ``extra_sans`` adds more (e.g. another cluster
+    domain). In production, mount a certificate for the same names (certfile/pkeyfile/cafile,
+    e.g. from cert-manager): renewals are picked up as by every server.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        namespace: str | None = None,
+        service_port: int = 443,
+        port: int | None = 9443,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(port=port, **kwargs)
+        if not name:
+            raise ValueError("A webhook service server needs the Service's name=.")
+        if not 1 <= service_port <= 65535:
+            raise ValueError(f"service_port must be in 1..65535, not {service_port!r}.")
+        if namespace is None:
+            namespace = _pod_namespace()
+        if not namespace:
+            raise ValueError(
+                f"The namespace of the webhook Service {name!r} is unknown: pass namespace= "
+                f"(outside of a pod, there is no service account to take it from)."
+            )
+        self.name = name
+        self.namespace = namespace
+        self.service_port = service_port
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, namespace={self.namespace!r}, "
+            f"port={self.port!r}, path={self.path!r})"
+        )
+
+    @property
+    def service(self) -> WebhookClientConfigService | None:
+        service = WebhookClientConfigService(
+            namespace=self.namespace, name=self.name, port=self.service_port
+        )
+        if self.root_path:
+            service["path"] = self.root_path
+        return service
+
+    @property
+    def certificate_names(self) -> list[str]:
+        dns = f"{self.name}.{self.namespace}.svc"
+        forms = [dns, self.name, f"{self.name}.{self.namespace}", f"{dns}.cluster.local"]
+        return normalise_hostnames([*forms, *super().certificate_names])
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _pod_namespace() -> str | None:
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 class WebhookAutoServer(WebhookServer):

@@ -38,6 +38,7 @@ import trio
 from trioperator._engine.webhooks import (
     TrioWebhookServer,
     WebhookClientConfig,
+    WebhookClientConfigService,
     WebhookFn,
     WebhookRejected,
 )
@@ -101,9 +102,14 @@ async def serve_webhooks(
     watched: Sequence[StrPath] = (),
     check_interval: float = 60.0,
     grace: float = RETIRED_GRACE,
+    service: WebhookClientConfigService | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admission reviews until cancelled (see the module's docstring).
+
+    With ``service``, the API server is told to reach the webhooks through that in-cluster
+    Service (e.g. ``{"namespace": "ns", "name": "hooks", "port": 443, "path": "/x"}``) instead
+    of the URL of this listener.
 
     ``addr`` is the address to listen on (``None``: every interface), ``path`` the root path of
     the webhooks (``""`` or ``/a/b``, no trailing slash), ``host`` the name the API server
@@ -125,7 +131,11 @@ async def serve_webhooks(
             scheme = "http" if setup.context is None else "https"
             url = build_url(scheme, host, port, path)
             logger.info(f"Serving admission webhooks at {url} (listening on {addr or '*'}:{port})")
-            config = WebhookClientConfig(url=url)
+            if service is not None:
+                config = WebhookClientConfig(service=service)
+                logger.info(f"The webhooks are advertised as the service {service}")
+            else:
+                config = WebhookClientConfig(url=url)
             if setup.cadata is not None:
                 config["caBundle"] = base64.b64encode(setup.cadata).decode("ascii")
             if not started:

@@ -165,3 +165,12 @@ def trusting(ca: trustme.CA) -> ssl.SSLContext:
     context = ssl.create_default_context()
     ca.configure_trust(context)
     return context
+
+
+async def free_port() -> int:
+    """A port free on the loopback right now (for servers that do not advertise their URL)."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port: int = listeners[0].socket.getsockname()[1]
+    for listener in listeners:
+        await listener.aclose()
+    return port
