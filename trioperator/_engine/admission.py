@@ -20,7 +20,7 @@ import dataclasses
 import hashlib
 import re
 import urllib.parse
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from trioperator._client.resources import Resource
@@ -36,6 +36,7 @@ from trioperator._engine.webhooks import Headers, SSLPeer, WebhookClientConfig, 
 
 __all__ = [
     "REVIEW_VERSIONS",
+    "CaseInsensitiveHeaders",
     "WebhookCause",
     "build_webhooks",
     "find_resource",
@@ -86,6 +87,36 @@ class WebhookCause(ResourceCause):
             "new": self.new,
             "diff": self.diff,
         }
+
+
+class CaseInsensitiveHeaders(Mapping[str, str]):
+    """HTTP headers as handlers get them: names match in any case (``headers['User-Agent']``).
+
+    Kopf's servers give handlers aiohttp's case-insensitive headers; Kopf's own examples look
+    them up by their usual capitalisation, while servers here pass lower-case names.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
+        self._items: dict[str, tuple[str, str]] = {
+            name.lower(): (name, value) for name, value in (headers or {}).items()
+        }
+
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()][1]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
 
 
 def find_resource(
@@ -231,7 +262,7 @@ def webhook_name(handler_id: str, suffix: str) -> str:
 def url_with_handler_id(config: WebhookClientConfig, handler_id: str) -> WebhookClientConfig:
     """The server's client config with ``/<quoted handler id>`` appended to its URL or path."""
     result: WebhookClientConfig = copy.deepcopy(config)
-    quoted = urllib.parse.quote(handler_id, safe="")
+    quoted = urllib.parse.quote(handler_id)  # as Kopf: "/" of sub-handler ids stays as it is
     url = result.get("url")
     if url is not None:
         result["url"] = f"{url.rstrip('/')}/{quoted}"

@@ -12,7 +12,14 @@ served resources are known when the first review arrives)::
 The server calls :class:`AdmissionServing` (the operator's ``WebhookFn``) for every review and
 sends its client config (URL or service, CA bundle) whenever it changes; the manager patches
 both configurations with one webhook per handler pointing at ``<url>/<handler id>``, and again
-whenever the config or the served resources change.
+whenever the config or the served resources change. A configuration that does not exist (yet,
+or any more) is created first; only ``create`` and ``patch`` permissions are needed.
+
+Differences from Kopf: a review is cut off after ``settings.admission.timeout_seconds`` (the
+API server has given up by then); ``namespace_selector`` and ``timeout_seconds`` reach the
+managed webhooks; a ``subresource='*'`` webhook also covers the main resource (Kopf's rule
+``plural/*`` covers only the subresources); the memos of objects that no watcher serves are
+kept for at most ``MAX_KEPT_MEMOS`` objects (Kopf keeps them without a limit).
 
 Stop order: on a graceful stop, the manager removes the non-persistent webhooks first (shielded,
 for at most ``CLEANUP_TIMEOUT``), then the server is cancelled: so the API server does not call a
@@ -21,20 +28,28 @@ webhook that is no longer there (with ``failurePolicy: Fail`` that would block a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from functools import partial
 from typing import Any, Final, Protocol
 
 import trio
 
 from trioperator._client.api import APIClient
-from trioperator._client.errors import APIConflictError, APIForbiddenError
+from trioperator._client.errors import (
+    APIConflictError,
+    APIConnectionError,
+    APIError,
+    APIForbiddenError,
+    APINotFoundError,
+)
 from trioperator._client.resources import Resource
 from trioperator._engine.admission import (
+    CaseInsensitiveHeaders,
     WebhookCause,
     build_webhooks,
     find_resource,
@@ -46,7 +61,7 @@ from trioperator._engine.admission import (
 )
 from trioperator._engine.bodies import Body
 from trioperator._engine.diffs import diff
-from trioperator._engine.errors import ErrorsMode
+from trioperator._engine.errors import ErrorsMode, PermanentError
 from trioperator._engine.handlers import WebhookHandler, WebhookType
 from trioperator._engine.patches import Patch
 from trioperator._engine.progression import HandlerState
@@ -81,6 +96,9 @@ logger = logging.getLogger(__name__)
 
 CLEANUP_TIMEOUT: Final = 10.0
 """How long removing the non-persistent webhooks may take on exit (it runs shielded)."""
+
+MAX_KEPT_MEMOS: Final = 10_000
+"""How many memos of objects that no watcher serves are kept between their reviews."""
 
 NO_SERVER_MESSAGE: Final = (
     "Admission handlers exist, but no admission server/tunnel is configured "
@@ -138,6 +156,21 @@ class AdmissionInsights(Protocol):
 # ----------------------------------------------------------------------------------- serving
 
 
+class ReviewLogger(ObjectLogger):
+    """The logger of one review: lines with the object's prefix, never posted as k8s Events.
+
+    As in Kopf: the object under review may not exist (yet, or ever: creations, dry runs), and
+    an event per review would flood the cluster.
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        msg, kwargs = super().process(msg, kwargs)
+        kwargs["extra"]["k8s_skip"] = True
+        return msg, kwargs
+
+
 class AdmissionServing:
     """The operator's ``WebhookFn``: a review in, the response review out.
 
@@ -163,6 +196,8 @@ class AdmissionServing:
         self.indices = indices
         self.insights = insights
         self.execution = execution
+        self._memos: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        """Memos of objects that no watcher serves, by uid, the least recently used first."""
 
     async def __call__(
         self,
@@ -216,8 +251,15 @@ class AdmissionServing:
             self.registry, resource=resource, cause=cause, webhook=handler_id
         )
         errors: list[BaseException | None] = []
-        for handler in handlers:
-            errors.append(await self._run(handler, cause))
+        # The API server gives up after timeoutSeconds: handlers running longer are of no use.
+        timeout = self.settings.admission.timeout_seconds
+        with trio.move_on_after(timeout) as scope:
+            for handler in handlers:
+                errors.append(await self._run(handler, cause))
+        if scope.cancelled_caught:
+            late = f"Admission handlers did not finish within {timeout} seconds."
+            cause.logger.error(late)
+            errors.append(PermanentError(late))
         allowed, message, code = judge(errors)
         mutating = any(handler.reason == WebhookType.MUTATING for handler in handlers)
         json_patch = mutation_patch(raw_body, cause.patch) if mutating else []
@@ -248,12 +290,9 @@ class AdmissionServing:
         body = Body(raw_body)
         old = Body(payload.old_object) if payload.old_object is not None else None
         new = Body(payload.object) if payload.object is not None else None
-        # As in Kopf: an object being created has no memo yet, so it gets a throw-away one;
-        # others get the memo of the object as served, if the operator serves it.
-        memo = None if payload.operation == "CREATE" else self.insights.recall_memo(resource, body)
         return WebhookCause(
-            logger=ObjectLogger(raw_body),
-            memo=memo if memo is not None else copy.copy(self.memo),
+            logger=ReviewLogger(raw_body),
+            memo=self._recall_memo(resource, body, payload.operation, bool(payload.dry_run)),
             indices=self.indices,
             resource=resource,
             patch=Patch(),
@@ -262,13 +301,34 @@ class AdmissionServing:
             subresource=payload.sub_resource,
             dryrun=bool(payload.dry_run),
             userinfo=payload.user_info or {},
-            headers=headers if headers is not None else {},
+            headers=CaseInsensitiveHeaders(headers),
             sslpeer=sslpeer if sslpeer is not None else {},
             warnings=[],
             old=old,
             new=new,
             diff=diff(old, new),
         )
+
+    def _recall_memo(self, resource: Resource, body: Body, operation: str, dryrun: bool) -> Any:
+        """The object's memo, as in Kopf: a throw-away one for an object being created; the
+        memo of the object as the operator serves it; else one kept here between reviews (the
+        resource has admission handlers only), bounded, and forgotten when it is deleted."""
+        if operation == "CREATE":
+            return copy.copy(self.memo)
+        memo = self.insights.recall_memo(resource, body)
+        if memo is not None:
+            return memo
+        uid = body.metadata.uid
+        if not uid:
+            return copy.copy(self.memo)
+        memo = self._memos.pop(uid, None)
+        if memo is None:
+            memo = copy.copy(self.memo)
+        if operation != "DELETE" or dryrun:
+            self._memos[uid] = memo  # the most recently used goes last
+            while len(self._memos) > MAX_KEPT_MEMOS:
+                self._memos.popitem(last=False)
+        return memo
 
     async def _run(self, handler: WebhookHandler, cause: WebhookCause) -> BaseException | None:
         # No retries in admission: every error is final (Kopf's PERMANENT mode).
@@ -310,6 +370,11 @@ async def run_admission(
     server = settings.admission.server
     if server is None:
         raise AdmissionSetupError(NO_SERVER_MESSAGE)
+    if not callable(getattr(server, "serve", None)) and not callable(server):
+        raise AdmissionSetupError(
+            f"settings.admission.server must be a webhook server or a callable returning an "
+            f"async iterator of client configs; got {server!r}."
+        )
 
     send, receive = trio.open_memory_channel[WebhookClientConfig](math.inf)
     async with trio.open_nursery() as serving:
@@ -349,11 +414,6 @@ async def _run_server(
     if callable(serve):
         await serve(fn, configs=configs, task_status=task_status)
         raise AdmissionSetupError(f"The admission server {server!r} stopped on its own.")
-    if not callable(server):
-        raise AdmissionSetupError(
-            f"settings.admission.server must be a webhook server or a callable returning an "
-            f"async iterator of client configs; got {server!r}."
-        )
     task_status.started()
     async with contextlib.AsyncExitStack() as stack:
         if hasattr(server, "__aenter__") and hasattr(server, "__aexit__"):
@@ -403,7 +463,6 @@ async def _manage_configurations(
             wake.set()
 
     applied: tuple[WebhookClientConfig, frozenset[Resource]] | None = None
-    created = False
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(receive_configs, name="admission client configs")
@@ -416,9 +475,6 @@ async def _manage_configurations(
                 wanted = (latest, insights.webhook_resources)
                 if applied is not None and wanted == applied:
                     continue
-                if not created:
-                    await _create_configurations(api, name)
-                    created = True
                 logger.info(f"Reconfiguring the admission webhooks {name!r}.")
                 await _patch_configurations(api, registry, settings, *wanted)
                 applied = wanted
@@ -426,7 +482,13 @@ async def _manage_configurations(
         if applied is not None:
             with trio.move_on_after(CLEANUP_TIMEOUT, shield=True) as scope:
                 logger.info(f"Cleaning up the admission webhooks {name!r}.")
-                await _patch_configurations(api, registry, settings, *applied, persistent_only=True)
+                try:
+                    await _patch_configurations(
+                        api, registry, settings, *applied, persistent_only=True
+                    )
+                except (APIError, APIConnectionError) as exc:
+                    # Not raised: it would replace what ends the operator (e.g. the stop).
+                    logger.error(f"The admission webhooks {name!r} were not cleaned up: {exc}")
             if scope.cancelled_caught:
                 logger.error(
                     f"The admission webhooks {name!r} were not cleaned up within "
@@ -434,21 +496,12 @@ async def _manage_configurations(
                 )
 
 
-async def _create_configurations(api: APIClient, name: str) -> None:
-    # Create-or-fail rather than check-then-create: it needs only the "create" permission.
-    for _, resource in _CONFIGURATIONS:
-        body = {
-            "apiVersion": resource.api_version,
-            "kind": resource.kind,
-            "metadata": {"name": name},
-        }
-        try:
-            await api.create(resource, body=body, logger=logger)
-        except APIConflictError:
-            pass  # it exists already
-        except APIForbiddenError:
-            logger.error(f"Not enough RBAC permissions to create {resource.plural} {name!r}.")
-            raise
+async def _create_configuration(api: APIClient, resource: Resource, name: str) -> None:
+    body = {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": {"name": name}}
+    try:
+        await api.create(resource, body=body, logger=logger)
+    except APIConflictError:
+        pass  # created meanwhile (e.g. by another replica): patched next anyway
 
 
 async def _patch_configurations(
@@ -473,4 +526,19 @@ async def _patch_configurations(
             timeout_seconds=settings.admission.timeout_seconds,
         )
         # A merge-patch replaces the list as a whole: webhooks of removed handlers go too.
-        await api.patch(resource, name=name, payload={"webhooks": webhooks}, logger=logger)
+        payload = {"webhooks": webhooks}
+        try:
+            try:
+                await api.patch(resource, name=name, payload=payload, logger=logger)
+            except APINotFoundError:
+                if persistent_only:
+                    continue  # nothing of ours to clean up: it is gone already
+                # Absent (first run, or deleted meanwhile): created, then patched as usual.
+                await _create_configuration(api, resource, name)
+                await api.patch(resource, name=name, payload=payload, logger=logger)
+        except APIForbiddenError:
+            logger.error(
+                f"Not enough RBAC permissions to manage {resource.plural} {name!r} "
+                "(needed: create, patch)."
+            )
+            raise

@@ -63,6 +63,10 @@ class FakeServer:
         self.initial = config if config is not None else {"url": "https://127.0.0.1:9443"}
         self.running = False
         self.stopped = trio.Event()
+        self._requests_in, self._requests_out = trio.open_memory_channel[
+            tuple[bytes, str | None, list[dict[str, Any]]]
+        ](0)
+        self._answered = trio.Event()
 
     async def serve(
         self,
@@ -77,10 +81,25 @@ class FakeServer:
         try:
             await configs.send(self.initial)
             task_status.started()
-            await trio.sleep_forever()
+            # Reviews are answered in this task, as a real server answers them in its own tasks
+            # (which see the operator's context, e.g. its event poster).
+            async for request, webhook, reply in self._requests_out:
+                try:
+                    reply.append(await fn(request, webhook=webhook))
+                finally:
+                    self._answered.set()
+                    self._answered = trio.Event()
         finally:
             self.running = False
             self.stopped.set()
+
+    async def review(self, request: bytes, webhook: str | None = None) -> dict[str, Any]:
+        """Send a review to the operator through the server's own task."""
+        reply: list[dict[str, Any]] = []
+        answered = self._answered
+        await self._requests_in.send((request, webhook, reply))
+        await answered.wait()
+        return reply[0]
 
     async def send(self, config: WebhookClientConfig) -> None:
         assert self.configs is not None

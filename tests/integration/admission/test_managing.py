@@ -341,7 +341,7 @@ async def test_rbac_denial_of_creation_stops_loudly(
     helpers: Any,
     caplog_trioperator: pytest.LogCaptureFixture,
 ) -> None:
-    fake_api.inject("POST", "/apis/admissionregistration.k8s.io/v1/*", status=403)
+    fake_api.inject("PATCH", "/apis/admissionregistration.k8s.io/v1/*", status=403)
     settings.admission.server = helpers.FakeServer()
     settings.admission.managed = MANAGED
     with pytest.raises(BaseExceptionGroup) as info, trio.fail_after(60):
@@ -358,4 +358,103 @@ async def test_rbac_denial_of_creation_stops_loudly(
                 )
             )
     assert info.group_contains(APIForbiddenError, depth=None)
-    assert "Not enough RBAC permissions to create" in caplog_trioperator.text
+    assert "Not enough RBAC permissions to manage" in caplog_trioperator.text
+
+
+@pytest.mark.usefixtures("handlers")
+async def test_a_configuration_deleted_meanwhile_is_created_again(
+    autojump_clock: Any,
+    fake_api: FakeAPI,
+    api_client: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+    helpers: Any,
+    nursery: trio.Nursery,
+) -> None:
+    server = helpers.FakeServer()
+    settings.admission.server = server
+    settings.admission.managed = MANAGED
+    await start(nursery, api_client, registry, settings, insights, trio.Event())
+    await helpers.wait_until(lambda: has_configs(fake_api))
+    fake_api.delete_object("mutatingwebhookconfigurations", MANAGED)
+    await server.send({"url": "https://127.0.0.1:9444"})
+    await helpers.wait_until(
+        lambda: (
+            has_configs(fake_api)
+            and urls(fake_api, "mutatingwebhookconfigurations")
+            == ["https://127.0.0.1:9444/defaults"]
+        )
+    )
+
+
+@pytest.mark.usefixtures("handlers")
+async def test_a_failed_cleanup_is_logged_and_does_not_fail_the_stop(
+    autojump_clock: Any,
+    fake_api: FakeAPI,
+    api_client: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+    helpers: Any,
+    nursery: trio.Nursery,
+    caplog_trioperator: pytest.LogCaptureFixture,
+) -> None:
+    settings.admission.server = helpers.FakeServer()
+    settings.admission.managed = MANAGED
+    stopping = trio.Event()
+    done = await start(nursery, api_client, registry, settings, insights, stopping)
+    await helpers.wait_until(lambda: has_configs(fake_api))
+    fake_api.inject("PATCH", "/apis/admissionregistration.k8s.io/v1/*", status=500, times=None)
+    stopping.set()
+    with trio.fail_after(60):
+        await done.wait()
+    assert "The admission webhooks 'auto.kopf.dev' were not cleaned up" in caplog_trioperator.text
+    assert names(fake_api, "mutatingwebhookconfigurations") == ["defaults.auto.kopf.dev"]
+
+
+class ReturningServer:
+    """A trio-native server whose serving ends on its own (e.g. a bug in a custom server)."""
+
+    async def serve(self, fn: WebhookFn, *, configs: Any, task_status: Any) -> None:
+        task_status.started()
+
+
+@pytest.mark.usefixtures("handlers")
+async def test_a_server_that_is_not_one_fails_at_once(
+    api_client: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+) -> None:
+    settings.admission.server = "https://not-a-server"
+    with pytest.raises(AdmissionSetupError, match="must be a webhook server or a callable"):
+        await run_admission(
+            api=api_client,
+            registry=registry,
+            settings=settings,
+            fn=webhook_fn,
+            insights=insights,
+            stopping=trio.Event(),
+        )
+
+
+@pytest.mark.usefixtures("handlers")
+async def test_a_server_that_stops_on_its_own_fails_loudly(
+    autojump_clock: Any,
+    api_client: APIClient,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+) -> None:
+    settings.admission.server = ReturningServer()
+    with pytest.raises(BaseExceptionGroup) as info, trio.fail_after(60):
+        await run_admission(
+            api=api_client,
+            registry=registry,
+            settings=settings,
+            fn=webhook_fn,
+            insights=insights,
+            stopping=trio.Event(),
+        )
+    assert info.group_contains(AdmissionSetupError, match="stopped on its own", depth=None)

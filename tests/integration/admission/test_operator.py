@@ -68,6 +68,10 @@ def crd_api(fake_api: FakeAPI) -> FakeAPI:
     return fake_api
 
 
+def messages(api: FakeAPI) -> str:
+    return "\n".join(event.get("message", "") for event in api.objects("events", "default"))
+
+
 def names(api: FakeAPI, plural: str) -> list[str]:
     if not api.has_object(plural, MANAGED):
         return []
@@ -76,6 +80,7 @@ def names(api: FakeAPI, plural: str) -> list[str]:
 
 async def test_an_operator_serves_reviews_manages_configurations_and_stops_in_time(
     autojump_clock: Any,
+    caplog_trioperator: pytest.LogCaptureFixture,
     crd_api: FakeAPI,
     registry: OperatorRegistry,
     settings: OperatorSettings,
@@ -97,6 +102,7 @@ async def test_an_operator_serves_reviews_manages_configurations_and_stops_in_ti
     settings.admission.server = server
     settings.admission.managed = MANAGED
     settings.process.ultimate_exiting_timeout = 30
+    settings.posting.loggers = True  # log lines of objects become k8s Events, but not reviews'
     vault = Vault({"fake": ConnectionInfo(server=crd_api.url, token="fake")})
     operator = Operator(registry=registry, settings=settings, vault=vault)
     async with trio.open_nursery() as nursery:
@@ -119,10 +125,15 @@ async def test_an_operator_serves_reviews_manages_configurations_and_stops_in_ti
                 )
             )
         )
-        response = await server.fn(review(created), webhook="check")
+        response = await server.review(review(created), webhook="check")
         assert response["response"]["warnings"] == ["memo: {'created': True}"]
-        response = await server.fn(review(created), webhook="keep")
+        response = await server.review(review(created), webhook="keep")
         assert response["response"]["patchType"] == "JSONPatch"
+        # The reviews' log lines are not posted as k8s Events (the handlers' ones are).
+        await helpers.wait_until(lambda: "remember" in messages(crd_api))
+        await trio.sleep(10)
+        assert "Handler 'check'" not in messages(crd_api)
+        assert "Handler 'keep'" not in messages(crd_api)
 
         started = trio.current_time()
         operator.stop()

@@ -181,6 +181,7 @@ async def test_the_kwargs_of_a_review(
     assert seen["subresource"] is None
     assert seen["userinfo"] == {"username": "admin", "groups": ["system:masters"]}
     assert seen["headers"] == {"authorization": "Bearer x"}
+    assert seen["headers"]["Authorization"] == "Bearer x"  # as with Kopf's aiohttp headers
     assert seen["sslpeer"] == {"subject": ()}
     assert seen["param"] == "p"
     assert seen["old"]["spec"] == {"field": "old"}
@@ -287,3 +288,51 @@ async def test_cancellation_is_not_swallowed(
     with trio.move_on_after(1) as scope:
         await serving(review(), webhook="slow")
     assert scope.cancelled_caught
+
+
+async def test_handlers_are_cut_off_after_the_webhook_timeout(
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    serving: AdmissionServing,
+    autojump_clock: Any,
+) -> None:
+    settings.admission.timeout_seconds = 5
+
+    @kopf.on.validate("kopfexamples", id="slow", registry=registry)
+    async def slow(**_: Any) -> None:
+        await trio.sleep(100)
+
+    started = trio.current_time()
+    response = await serving(review(), webhook="slow")
+    assert trio.current_time() - started == 5
+    assert response["response"]["allowed"] is False
+    assert response["response"]["status"] == {
+        "message": "Admission handlers did not finish within 5 seconds.",
+        "code": 500,
+    }
+
+
+async def test_memos_of_unserved_objects_are_kept_between_reviews_until_deleted(
+    registry: OperatorRegistry, serving: AdmissionServing
+) -> None:
+    seen: list[Any] = []
+
+    @kopf.on.validate("kopfexamples", id="count", registry=registry)
+    async def count(memo: Any, operation: str, **_: Any) -> None:
+        memo["reviews"] = memo.get("reviews", 0) + 1
+        seen.append((operation, memo["reviews"]))
+
+    await serving(review(), webhook="count")  # created: a throw-away memo
+    await serving(review(operation="UPDATE", old=OBJ), webhook="count")
+    await serving(review(operation="UPDATE", old=OBJ), webhook="count")
+    await serving(review(operation="DELETE", obj=None, old=OBJ, dryRun=True), webhook="count")
+    await serving(review(operation="DELETE", obj=None, old=OBJ), webhook="count")
+    await serving(review(operation="UPDATE", old=OBJ), webhook="count")
+    assert seen == [
+        ("CREATE", 1),
+        ("UPDATE", 1),
+        ("UPDATE", 2),
+        ("DELETE", 3),
+        ("DELETE", 4),  # a dry-run deletion keeps it
+        ("UPDATE", 1),  # forgotten with the deletion
+    ]

@@ -9,6 +9,7 @@ import pytest
 import trioperator as kopf
 from trioperator._client.resources import Resource
 from trioperator._engine.admission import (
+    CaseInsensitiveHeaders,
     WebhookCause,
     build_webhooks,
     find_resource,
@@ -325,7 +326,8 @@ def test_long_ids_are_shortened_uniquely_within_the_limits() -> None:
 
 def test_handler_ids_are_appended_to_client_configs() -> None:
     url = url_with_handler_id({"url": "https://h:1/hooks/", "caBundle": "Q0E="}, "fn/spec.x")
-    assert url == {"url": "https://h:1/hooks/fn%2Fspec.x", "caBundle": "Q0E="}
+    assert url == {"url": "https://h:1/hooks/fn/spec.x", "caBundle": "Q0E="}
+    assert url_with_handler_id({"url": "https://h"}, "id!")["url"] == "https://h/id%21"
     service_config: Any = {"service": {"namespace": "ns", "name": "svc", "port": 443}}
     service = url_with_handler_id(service_config, "fn")
     assert service == {"service": {"namespace": "ns", "name": "svc", "port": 443, "path": "/fn"}}
@@ -447,3 +449,14 @@ def test_timeout_seconds_setting_is_checked() -> None:
     for bad in [0, 31, 2.5, True]:
         with pytest.raises(ValueError, match="timeout_seconds"):
             settings.admission.timeout_seconds = bad  # type: ignore[assignment]
+
+
+def test_headers_match_in_any_case() -> None:
+    headers = CaseInsensitiveHeaders({"user-agent": "kube-apiserver", "Content-Type": "json"})
+    assert headers["User-Agent"] == headers["user-agent"] == "kube-apiserver"
+    assert headers.get("CONTENT-TYPE") == "json"
+    assert "USER-AGENT" in headers
+    assert 1 not in headers  # type: ignore[comparison-overlap]
+    assert headers.get("missing") is None
+    assert dict(headers) == {"user-agent": "kube-apiserver", "Content-Type": "json"}
+    assert len(CaseInsensitiveHeaders(None)) == 0
