@@ -634,9 +634,13 @@ class WebhookNgrokTunnel:
         async def retunnel(config: WebhookClientConfig) -> WebhookClientConfig:
             # A new local endpoint (a restart) gets a new tunnel; the old one goes first.
             await disconnect()
+            # Where ngrok forwards to: the address the local server listens on (a bare port
+            # would be "localhost", which may resolve to ::1 while we listen on 127.0.0.1).
             port = urlsplit(config["url"]).port
+            host = accessible_addr(self.addr)
+            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             tunnel = await trio.to_thread.run_sync(
-                partial(ngrok.connect, str(port), "http", pyngrok_config=pyngrok_config)
+                partial(ngrok.connect, target, "http", pyngrok_config=pyngrok_config)
             )
             public_url = str(tunnel.public_url)
             public_urls.append(public_url)

@@ -88,7 +88,9 @@ async def test_ngrok_tunnels_a_local_http_server(recorder: Recorder, fake_ngrok:
     )
     async with running(tunnel, recorder) as srv:
         assert srv.config == {"url": "https://t1.ngrok.example/hooks"}
-        [(local_port, proto)] = fake_ngrok.connected
+        [(target, proto)] = fake_ngrok.connected
+        local_host, local_port = target.split(":")
+        assert local_host == "127.0.0.1"
         assert proto == "http"
         # What ngrok forwards to: the local plain-HTTP server, with the same paths.
         reply = await post(int(local_port), "/hooks/validate-x")
