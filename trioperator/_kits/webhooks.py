@@ -172,9 +172,9 @@ class WebhookServer:
       verified certificate reaches handlers as ``sslpeer``.
     * ``insecure``: plain HTTP, no TLS (the API server refuses such webhooks; for tunnels,
       curl and debugging).
-    * ``file_check_interval``: how often (seconds) ``certfile``, ``pkeyfile`` and ``cafile``
-      are checked for changes; a change restarts the listener with the new files and
-      re-advertises the new CA bundle.
+    * ``file_check_interval``: how often (seconds) ``certfile``, ``pkeyfile``, ``cafile`` and
+      ``verify_cafile`` are checked for changes; a change restarts the listener with the new
+      files and re-advertises the new CA bundle.
     """
 
     DEFAULT_HOST: ClassVar[str | None] = None
@@ -250,8 +250,12 @@ class WebhookServer:
 
     @property
     def watched_files(self) -> list[StrPath]:
-        """The files whose changes restart the server (only those given by the user)."""
-        return [p for p in (self.certfile, self.pkeyfile, self.cafile) if p is not None]
+        """The files whose changes restart the server (only those given by the user).
+
+        Beyond Kopf's three, the CA of client certificates: it is rotated the same way.
+        """
+        files = (self.certfile, self.pkeyfile, self.cafile, self.verify_cafile)
+        return [path for path in files if path is not None]
 
     async def serve(
         self,

@@ -177,3 +177,9 @@ def test_service_server_outside_of_a_pod_needs_a_namespace(
     monkeypatch.setattr(webhooks, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "absent"))
     with pytest.raises(ValueError, match="pass namespace="):
         kopf.WebhookServiceServer(name="hooks")
+
+
+def test_the_given_certificate_files_are_watched() -> None:
+    server = WebhookServer(certfile="c", pkeyfile="k", cafile="ca", verify_cafile="clients")
+    assert server.watched_files == ["c", "k", "ca", "clients"]
+    assert WebhookServer().watched_files == []
