@@ -304,3 +304,33 @@ async def test_a_review_in_flight_is_cut_after_the_grace_period(
         mock_clock.jump(1)
     assert "error" in slow
     assert fn.calls == []  # never answered
+
+
+async def test_a_renewed_client_ca_is_used_after_the_check(
+    recorder: Recorder, tmp_path: Path, mock_clock: trio.testing.MockClock
+) -> None:
+    old_clients, new_clients = trustme.CA(), trustme.CA()
+    clients = tmp_path / "clients.pem"
+    clients.write_bytes(old_clients.cert_pem.bytes())
+    server = WebhookServer(
+        addr="127.0.0.1",
+        verify_mode=ssl.CERT_REQUIRED,
+        verify_cafile=clients,
+        file_check_interval=5,
+    )
+    async with running(server, recorder) as srv:
+        old_client = srv.trusting_context()
+        old_clients.issue_cert("apiserver.example").configure_cert(old_client)
+        assert (await post(srv.port, "/x", context=old_client)).status == 200
+
+        clients.write_bytes(new_clients.cert_pem.bytes())
+        mock_clock.jump(5)
+        renewed = await srv.configs.receive()
+        new_client = srv.trusting_context(renewed)
+        new_clients.issue_cert("apiserver.example").configure_cert(new_client)
+        assert (await post(srv.port, "/x", context=new_client)).status == 200
+        stale_client = srv.trusting_context(renewed)
+        old_clients.issue_cert("apiserver.example").configure_cert(stale_client)
+        with pytest.raises(trio.BrokenResourceError):
+            await post(srv.port, "/x", context=stale_client)
+    assert len(recorder.calls) == 2
