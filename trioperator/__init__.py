@@ -79,6 +79,7 @@ from trioperator._kits.webhooks import WebhookK3dServer as WebhookK3dServer
 from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeServer
 from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
 from trioperator._kits.webhooks import WebhookServer as WebhookServer
+from trioperator._kits.webhooks import WebhookServiceServer as WebhookServiceServer
 from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
@@ -163,6 +164,7 @@ __all__ = [
     "WebhookNgrokTunnel",
     "WebhookServer",
     "WebhookServerProtocol",
+    "WebhookServiceServer",
     "__version__",
     "all_",
     "any_",

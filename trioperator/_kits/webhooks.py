@@ -14,6 +14,8 @@ certificates) is ``trioperator._runtime.webhook_serving``.
   :class:`WebhookDockerDesktopServer` are the same server advertised under the host name by
   which those local clusters reach their host machine; :class:`WebhookAutoServer` picks one of
   those names by detecting the cluster (``trioperator._kits.cluster_detection``).
+* :class:`WebhookServiceServer` runs in a pod and is advertised as the in-cluster Service in
+  front of it (``clientConfig.service``), with a generated certificate for the Service's names.
 * :class:`WebhookNgrokTunnel` serves plain HTTP locally and advertises an ngrok tunnel's public
   URL (``pip install trioperator[ngrok]``); :class:`WebhookAutoTunnel` is the auto-server for a
   recognised local cluster and the ngrok tunnel otherwise.
@@ -29,6 +31,10 @@ takes the operator's ``WebhookFn`` and yields ``WebhookClientConfig`` dicts (a `
 
 The operator runs such a generator in a task of its own (it must not open nurseries across
 its ``yield``). The framework appends ``/<handler id>`` to the URL (or ``service.path``).
+
+A tunnel to a local server can also subclass :class:`WebhookServer` as in Kopf, overriding
+``__call__`` to iterate ``super().__call__(fn)`` (the local server's configs, e.g. after a
+certificate renewal) and yield the tunnel's; the server then advertises what it yields.
 """
 
 from __future__ import annotations
@@ -38,14 +44,18 @@ import logging
 import os
 import pathlib
 import ssl
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from functools import partial
 from typing import Any, ClassVar, TypeAlias
 from urllib.parse import urlsplit
 
 import trio
 
-from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
+from trioperator._engine.webhooks import (
+    WebhookClientConfig,
+    WebhookClientConfigService,
+    WebhookFn,
+)
 from trioperator._kits.cluster_detection import (
     DOCKER_DESKTOP_HOST,
     K3D_HOST,
@@ -55,6 +65,7 @@ from trioperator._kits.cluster_detection import (
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
     build_url,
+    serve_relayed,
     serve_translated,
     serve_webhooks,
 )
@@ -68,8 +79,10 @@ __all__ = [
     "WebhookMinikubeServer",
     "WebhookNgrokTunnel",
     "WebhookServer",
+    "WebhookServiceServer",
     "accessible_addr",
     "certificate_hostnames",
+    "normalise_hostnames",
 ]
 
 logger = logging.getLogger("trioperator.webhooks")
@@ -101,12 +114,21 @@ def accessible_addr(addr: str | None) -> str:
 def certificate_hostnames(host: str | None, addr: str | None, extra: Iterable[str]) -> list[str]:
     """The SANs of a generated certificate, the common name first.
 
-    IP addresses are normalised (the API server compares them strictly), wildcard addresses
-    dropped, duplicates removed. The first non-IP name comes first, as it becomes the
-    certificate's common name.
+    They cover the host, the address, ``extra``, ``localhost`` and ``127.0.0.1`` (for curl and
+    port-forwarding), normalised as :func:`normalise_hostnames` does.
+    """
+    return normalise_hostnames([host, accessible_addr(addr), *extra, "localhost", "127.0.0.1"])
+
+
+def normalise_hostnames(names: Iterable[str | None]) -> list[str]:
+    """Names for a certificate: IPs normalised, wildcards and duplicates dropped, a name first.
+
+    IP addresses are written canonically (the API server compares them strictly); wildcard
+    addresses (``0.0.0.0``, ``::``) cannot be connected to and are dropped. The first non-IP
+    name moves to the front, as it becomes the certificate's common name.
     """
     seen: dict[str, None] = {}
-    for name in [host, accessible_addr(addr), *extra, "localhost", "127.0.0.1"]:
+    for name in names:
         if not name:
             continue
         try:
@@ -116,9 +138,9 @@ def certificate_hostnames(host: str | None, addr: str | None, extra: Iterable[st
         else:
             if not ip.is_unspecified:
                 seen.setdefault(str(ip), None)
-    names = list(seen)
-    non_ips = [name for name in names if not _is_ip(name)]
-    return non_ips[:1] + [name for name in names if name not in non_ips[:1]]
+    ordered = list(seen)
+    leading = [name for name in ordered if not _is_ip(name)][:1]
+    return leading + [name for name in ordered if name not in leading]
 
 
 def _is_ip(name: str) -> bool:
@@ -150,9 +172,9 @@ class WebhookServer:
       verified certificate reaches handlers as ``sslpeer``.
     * ``insecure``: plain HTTP, no TLS (the API server refuses such webhooks; for tunnels,
       curl and debugging).
-    * ``file_check_interval``: how often (seconds) ``certfile``, ``pkeyfile`` and ``cafile``
-      are checked for changes; a change restarts the listener with the new files and
-      re-advertises the new CA bundle.
+    * ``file_check_interval``: how often (seconds) ``certfile``, ``pkeyfile``, ``cafile`` and
+      ``verify_cafile`` are checked for changes; a change restarts the listener with the new
+      files and re-advertises the new CA bundle.
     """
 
     DEFAULT_HOST: ClassVar[str | None] = None
@@ -209,6 +231,8 @@ class WebhookServer:
         self.file_check_interval = file_check_interval
         # The host name used when `host` is not given: the class's, or a detected one.
         self._default_host: str | None = self.DEFAULT_HOST
+        # The local server's configs while a Kopf-style subclass's __call__ relays them.
+        self._local_configs: AsyncIterator[WebhookClientConfig] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
@@ -226,8 +250,12 @@ class WebhookServer:
 
     @property
     def watched_files(self) -> list[StrPath]:
-        """The files whose changes restart the server (only those given by the user)."""
-        return [p for p in (self.certfile, self.pkeyfile, self.cafile) if p is not None]
+        """The files whose changes restart the server (only those given by the user).
+
+        Beyond Kopf's three, the CA of client certificates: it is rotated the same way.
+        """
+        files = (self.certfile, self.pkeyfile, self.cafile, self.verify_cafile)
+        return [path for path in files if path is not None]
 
     async def serve(
         self,
@@ -236,7 +264,30 @@ class WebhookServer:
         configs: trio.MemorySendChannel[WebhookClientConfig],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve reviews with ``fn`` until cancelled (the trio-native server shape)."""
+        """Serve reviews with ``fn`` until cancelled (the trio-native server shape).
+
+        A subclass that overrides ``__call__`` in Kopf's way (a tunnel that iterates
+        ``super().__call__(fn)`` and yields adjusted client configs) is served with the
+        configs its ``__call__`` yields.
+        """
+        if type(self).__call__ is not WebhookServer.__call__:
+            await serve_relayed(
+                fn,
+                server=_Local(self),
+                relay=partial(self._relay, fn),
+                configs=configs,
+                task_status=task_status,
+            )
+        else:
+            await self._serve_locally(fn, configs=configs, task_status=task_status)
+
+    async def _serve_locally(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
         await serve_webhooks(
             fn,
             build=self.build_setup,
@@ -247,8 +298,40 @@ class WebhookServer:
             configs=configs,
             watched=self.watched_files,
             check_interval=self.file_check_interval,
+            service=self.service,
             task_status=task_status,
         )
+
+    @property
+    def service(self) -> WebhookClientConfigService | None:
+        """The in-cluster Service to advertise instead of a URL (none for a plain server)."""
+        return None
+
+    @property
+    def certificate_names(self) -> list[str]:
+        """The SANs of a generated certificate, the common name first."""
+        return certificate_hostnames(self.host or self._default_host, self.addr, self.extra_sans)
+
+    def _relay(
+        self, fn: WebhookFn, local: AsyncIterator[WebhookClientConfig]
+    ) -> AsyncIterator[WebhookClientConfig]:
+        self._local_configs = local
+        return self(fn)
+
+    async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
+        """The client configs of the local server, for Kopf-style subclasses' ``__call__``.
+
+        Only a subclass's ``super().__call__(fn)`` works, while the operator serves it: the
+        listening runs in the operator's task tree (``serve()``), never inside a generator.
+        """
+        if self._local_configs is None:
+            raise TypeError(
+                f"{type(self).__name__} is not iterable on its own: the operator serves it "
+                f"with serve(). To adjust its client configs (e.g. for a tunnel), subclass it "
+                f"and override __call__ to iterate super().__call__(fn), as in Kopf."
+            )
+        async for config in self._local_configs:
+            yield config
 
     def url(self, port: int) -> str:
         """The advertised URL of this server if it listens on ``port``."""
@@ -294,25 +377,76 @@ class WebhookServer:
                 context.verify_mode = ssl.CERT_OPTIONAL
 
     def _generate_certificate(self, context: ssl.SSLContext) -> bytes:
-        try:
-            import trustme
-        except ImportError:
-            raise MissingDependencyError(
-                "A webhook server without certfile= generates a self-signed certificate, which "
-                "needs an extra dependency: `pip install trioperator[webhooks]` (or "
-                "trioperator[dev]). Or pass certfile=/pkeyfile= of your own certificate, or "
-                "insecure=True for plain HTTP."
-            ) from None
-        hostnames = certificate_hostnames(
-            self.host or self._default_host, self.addr, self.extra_sans
-        )
+        trustme = _import_trustme()
+        hostnames = self.certificate_names
         logger.debug("Generating a self-signed certificate for %s", ", ".join(hostnames))
         ca = trustme.CA(organization_name="trioperator webhooks")
-        common_name = hostnames[0] if not _is_ip(hostnames[0]) else None
-        cert = ca.issue_cert(*hostnames, common_name=common_name)
+        cert = ca.issue_cert(*hostnames, common_name=_common_name(hostnames))
         cert.configure_cert(context)
         cadata: bytes = ca.cert_pem.bytes()
         return cadata
+
+    @staticmethod
+    def build_certificate(
+        hostnames: Collection[str], password: str | None = None
+    ) -> tuple[bytes, bytes]:
+        """A certificate for ``hostnames`` and its private key, both PEM (Kopf's helper).
+
+        The certificate comes with the CA that issued it (the PEM holds both), so the same
+        file serves as ``certfile`` and as ``cafile``/``cadata``. The names are normalised as
+        :func:`normalise_hostnames` does; ``password`` encrypts the key.
+        """
+        trustme = _import_trustme()
+        names = normalise_hostnames(hostnames)
+        if not names:
+            raise ValueError(f"No usable host names for a certificate in {hostnames!r}.")
+        ca = trustme.CA(organization_name="trioperator webhooks")
+        cert = ca.issue_cert(*names, common_name=_common_name(names))
+        chain = b"".join(pem.bytes() for pem in cert.cert_chain_pems) + ca.cert_pem.bytes()
+        key: bytes = cert.private_key_pem.bytes()
+        if password is not None:
+            from cryptography.hazmat.primitives import serialization
+
+            private = serialization.load_pem_private_key(key, password=None)
+            key = private.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.BestAvailableEncryption(password.encode("utf-8")),
+            )
+        return chain, key
+
+
+class _Local:
+    """A server's own listening, without its subclass's ``__call__`` in between."""
+
+    def __init__(self, server: WebhookServer) -> None:
+        self._server = server
+
+    async def serve(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self._server._serve_locally(fn, configs=configs, task_status=task_status)
+
+
+def _import_trustme() -> Any:
+    try:
+        import trustme
+    except ImportError:
+        raise MissingDependencyError(
+            "A webhook server without certfile= generates a self-signed certificate, which "
+            "needs an extra dependency: `pip install trioperator[webhooks]` (or "
+            "trioperator[dev]). Or pass certfile=/pkeyfile= of your own certificate, or "
+            "insecure=True for plain HTTP."
+        ) from None
+    return trustme
+
+
+def _common_name(names: list[str]) -> str | None:
+    return names[0] if names and not _is_ip(names[0]) else None
 
 
 class WebhookK3dServer(WebhookServer):
@@ -333,6 +467,79 @@ class WebhookDockerDesktopServer(WebhookServer):
     DEFAULT_HOST: ClassVar[str | None] = DOCKER_DESKTOP_HOST
 
 
+class WebhookServiceServer(WebhookServer):
+    """A :class:`WebhookServer` in a pod, advertised as the in-cluster Service in front of it.
+
+    Beyond Kopf. The webhook configurations get ``clientConfig.service`` (``name``,
+    ``namespace``, ``port``, ``path``) instead of a URL, so the API server reaches the operator
+    through the Service ``name`` (which must route its ``service_port`` to this server's
+    ``port``, 9443 by default). ``namespace`` defaults to the pod's own (from its service
+    account). A generated certificate (trustme) names the Service in all the forms the API
+    server and in-cluster clients use: ``name``, ``name.namespace``, ``name.namespace.svc``
+    (the common name: that is what the API server verifies) and
+    ``name.namespace.svc.cluster.local``; ``extra_sans`` adds more (e.g. another cluster
+    domain). In production, mount a certificate for the same names (certfile/pkeyfile/cafile,
+    e.g. from cert-manager): renewals are picked up as by every server.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        namespace: str | None = None,
+        service_port: int = 443,
+        port: int | None = 9443,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(port=port, **kwargs)
+        if not name:
+            raise ValueError("A webhook service server needs the Service's name=.")
+        if not 1 <= service_port <= 65535:
+            raise ValueError(f"service_port must be in 1..65535, not {service_port!r}.")
+        if namespace is None:
+            namespace = _pod_namespace()
+        if not namespace:
+            raise ValueError(
+                f"The namespace of the webhook Service {name!r} is unknown: pass namespace= "
+                f"(outside of a pod, there is no service account to take it from)."
+            )
+        self.name = name
+        self.namespace = namespace
+        self.service_port = service_port
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, namespace={self.namespace!r}, "
+            f"port={self.port!r}, path={self.path!r})"
+        )
+
+    @property
+    def service(self) -> WebhookClientConfigService | None:
+        service = WebhookClientConfigService(
+            namespace=self.namespace, name=self.name, port=self.service_port
+        )
+        if self.root_path:
+            service["path"] = self.root_path
+        return service
+
+    @property
+    def certificate_names(self) -> list[str]:
+        dns = f"{self.name}.{self.namespace}.svc"
+        forms = [dns, self.name, f"{self.name}.{self.namespace}", f"{dns}.cluster.local"]
+        return normalise_hostnames([*forms, *super().certificate_names])
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _pod_namespace() -> str | None:
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 class WebhookAutoServer(WebhookServer):
     """A :class:`WebhookServer` advertised under the host name of the detected local cluster.
 
@@ -341,6 +548,11 @@ class WebhookAutoServer(WebhookServer):
     is a plain local server. It never tunnels: see :class:`WebhookAutoTunnel` for that.
     """
 
+    @staticmethod
+    async def guess_host() -> str | None:
+        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
+        return await detect_cluster_host()
+
     async def serve(
         self,
         fn: WebhookFn,
@@ -348,7 +560,7 @@ class WebhookAutoServer(WebhookServer):
         configs: trio.MemorySendChannel[WebhookClientConfig],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        detected = await detect_cluster_host()
+        detected = await self.guess_host()
         if detected is None:
             logger.info("No known local cluster detected: serving webhooks as a local server.")
         else:
@@ -426,9 +638,13 @@ class WebhookNgrokTunnel:
         async def retunnel(config: WebhookClientConfig) -> WebhookClientConfig:
             # A new local endpoint (a restart) gets a new tunnel; the old one goes first.
             await disconnect()
+            # Where ngrok forwards to: the address the local server listens on (a bare port
+            # would be "localhost", which may resolve to ::1 while we listen on 127.0.0.1).
             port = urlsplit(config["url"]).port
+            host = accessible_addr(self.addr)
+            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             tunnel = await trio.to_thread.run_sync(
-                partial(ngrok.connect, str(port), "http", pyngrok_config=pyngrok_config)
+                partial(ngrok.connect, target, "http", pyngrok_config=pyngrok_config)
             )
             public_url = str(tunnel.public_url)
             public_urls.append(public_url)
@@ -473,6 +689,11 @@ class WebhookAutoTunnel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
+    @staticmethod
+    async def guess_host() -> str | None:
+        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
+        return await detect_cluster_host()
+
     async def serve(
         self,
         fn: WebhookFn,
@@ -481,7 +702,7 @@ class WebhookAutoTunnel:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         server: WebhookServer | WebhookNgrokTunnel
-        host = await detect_cluster_host()
+        host = await self.guess_host()
         if host is None:
             logger.info("No known local cluster detected: tunnelling webhooks through ngrok.")
             server = WebhookNgrokTunnel(addr=self.addr, port=self.port, path=self.path)

@@ -11,10 +11,11 @@ nursery and only the runtime opens nurseries:
 * restarts the listener when the watched certificate files change on disk (polled on
   trio's clock, so tests drive it with a mock clock). A renewed set of files that cannot be
   loaded (e.g. a certificate rewritten before its key) is not used: the previous listener keeps
-  serving until the files are consistent again.
+  serving until the files are consistent again. The reviews in flight on the previous
+  listener's connections are answered (within a grace period), not cut.
 
-``serve_translated`` runs such a server behind a tunnel: it advertises the tunnel's address
-instead of the local one, and follows the local server's restarts.
+``serve_translated`` and ``serve_relayed`` run such a server behind a tunnel: they advertise the
+tunnel's address instead of the local one, and follow the local server's restarts.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import logging
 import os
 import ssl
 import urllib.parse
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import msgspec
 import trio
@@ -37,16 +38,20 @@ import trio
 from trioperator._engine.webhooks import (
     TrioWebhookServer,
     WebhookClientConfig,
+    WebhookClientConfigService,
     WebhookFn,
     WebhookRejected,
 )
-from trioperator._util.httpserver import Request, Response, serve_http
+from trioperator._util.httpserver import Handler, Request, Response, serve_http
 
 __all__ = [
+    "RETIRED_GRACE",
+    "ConfigRelay",
     "ConfigTranslator",
     "ServingSetup",
     "SetupBuilder",
     "build_url",
+    "serve_relayed",
     "serve_translated",
     "serve_webhooks",
 ]
@@ -54,6 +59,10 @@ __all__ = [
 logger = logging.getLogger("trioperator.webhooks")
 
 StrPath: TypeAlias = str | os.PathLike[str]
+
+RETIRED_GRACE: Final = 30.0
+"""Seconds that connections of a restarted listener keep serving the reviews in flight: the
+API server waits for a webhook at most 30 seconds (``timeoutSeconds``' maximum)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,30 +101,41 @@ async def serve_webhooks(
     configs: trio.MemorySendChannel[WebhookClientConfig],
     watched: Sequence[StrPath] = (),
     check_interval: float = 60.0,
+    grace: float = RETIRED_GRACE,
+    service: WebhookClientConfigService | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admission reviews until cancelled (see the module's docstring).
 
+    With ``service``, the API server is told to reach the webhooks through that in-cluster
+    Service (e.g. ``{"namespace": "ns", "name": "hooks", "port": 443, "path": "/x"}``) instead
+    of the URL of this listener.
+
     ``addr`` is the address to listen on (``None``: every interface), ``path`` the root path of
     the webhooks (``""`` or ``/a/b``, no trailing slash), ``host`` the name the API server
     reaches the listener by. Errors of the initial ``build`` (a missing file, a wrong password)
-    propagate: the operator cannot serve with them.
+    propagate: the operator cannot serve with them. After a restart, the previous listener's
+    connections have ``grace`` seconds to finish their reviews.
     """
-    setup = await trio.to_thread.run_sync(build)
+    # The digest first: files renewed while the setup is built then count as a change.
     digest = await _digest(watched)
+    setup = await trio.to_thread.run_sync(build)
     if not port:
         port = await _free_port(addr)
     handler = partial(_handle, fn, path)
     started = False
-    while True:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(
-                partial(serve_http, handler, host=addr, port=port, ssl_context=setup.context)
-            )
+    async with trio.open_nursery() as nursery:
+        while True:
+            generation = _Generation(handler, host=addr, port=port, context=setup.context)
+            await nursery.start(generation.run, grace)
             scheme = "http" if setup.context is None else "https"
             url = build_url(scheme, host, port, path)
             logger.info(f"Serving admission webhooks at {url} (listening on {addr or '*'}:{port})")
-            config = WebhookClientConfig(url=url)
+            if service is not None:
+                config = WebhookClientConfig(service=service)
+                logger.info(f"The webhooks are advertised as the service {service}")
+            else:
+                config = WebhookClientConfig(url=url)
             if setup.cadata is not None:
                 config["caBundle"] = base64.b64encode(setup.cadata).decode("ascii")
             if not started:
@@ -124,7 +144,57 @@ async def serve_webhooks(
             await configs.send(config)
             setup, digest = await _wait_for_renewal(build, watched, digest, check_interval)
             logger.info("Restarting the webhook server with the renewed certificate files.")
-            nursery.cancel_scope.cancel()
+            await generation.retire()
+
+
+class _Generation:
+    """One listener with one TLS setup, and the connections it accepted.
+
+    Retiring it stops the accepting at once (so that the next generation can bind the port)
+    but lets the accepted connections finish the reviews in flight: they are cut only after
+    the grace period. Idle keep-alive connections are cut then too; the API server reconnects,
+    and gets the new certificate.
+    """
+
+    def __init__(
+        self, handler: Handler, *, host: str | None, port: int, context: ssl.SSLContext | None
+    ) -> None:
+        self._serve = partial(serve_http, handler, host=host, port=port, ssl_context=context)
+        self._accepting = trio.CancelScope()
+        self._retired = trio.Event()
+        self._not_accepting = trio.Event()
+
+    async def run(self, grace: float, *, task_status: trio.TaskStatus[None]) -> None:
+        async with trio.open_nursery() as connections:
+            await connections.start(self._accept, connections)
+            task_status.started()
+            await self._retired.wait()
+            self._accepting.cancel()
+            connections.cancel_scope.deadline = trio.current_time() + grace
+
+    async def _accept(
+        self, connections: trio.Nursery, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        try:
+            with self._accepting:
+                await self._serve(handler_nursery=connections, task_status=_Started(task_status))
+        finally:
+            self._not_accepting.set()
+
+    async def retire(self) -> None:
+        """Stop accepting (the listening socket is closed on return); let the rest finish."""
+        self._retired.set()
+        await self._not_accepting.wait()
+
+
+class _Started:
+    """Report a plain start to a status that does not want the listeners."""
+
+    def __init__(self, status: trio.TaskStatus[None]) -> None:
+        self._status = status
+
+    def started(self, value: object = None) -> None:
+        self._status.started()
 
 
 async def _handle(fn: WebhookFn, root: str, request: Request) -> Response:
@@ -220,6 +290,11 @@ async def _digest(paths: Sequence[StrPath]) -> str:
 ConfigTranslator: TypeAlias = Callable[[WebhookClientConfig], Awaitable[WebhookClientConfig]]
 """Turns a local server's client config into the one to advertise (e.g. a tunnel's URL)."""
 
+ConfigRelay: TypeAlias = Callable[
+    [AsyncIterator[WebhookClientConfig]], AsyncIterator[WebhookClientConfig]
+]
+"""Turns the local server's stream of client configs into the stream to advertise."""
+
 
 async def serve_translated(
     fn: WebhookFn,
@@ -234,13 +309,49 @@ async def serve_translated(
     This is the shape of a tunnel: the local endpoint changes (a restart after renewed
     certificates), the tunnel follows it and the operator re-points its webhooks.
     """
+
+    async def relay(
+        local: AsyncIterator[WebhookClientConfig],
+    ) -> AsyncIterator[WebhookClientConfig]:
+        async for config in local:
+            yield await translate(config)
+
+    await serve_relayed(fn, server=server, relay=relay, configs=configs, task_status=task_status)
+
+
+async def serve_relayed(
+    fn: WebhookFn,
+    *,
+    server: TrioWebhookServer,
+    relay: ConfigRelay,
+    configs: trio.MemorySendChannel[WebhookClientConfig],
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``server`` locally; advertise what the ``relay`` generator makes of its configs.
+
+    The relay is an async generator (e.g. Kopf's ``__call__`` of a tunnel that subclasses a
+    server): it runs here, in this task, and opens no nursery across its ``yield``; the local
+    server runs beside it in this function's nursery. The operator counts as started once the
+    relay gave its first config.
+    """
     send, receive = trio.open_memory_channel[WebhookClientConfig](0)
     async with trio.open_nursery() as nursery, receive:
         await nursery.start(partial(server.serve, fn, configs=send))
         started = False
-        async for local in receive:
-            public = await translate(local)
-            if not started:
-                started = True
-                task_status.started()
-            await configs.send(public)
+        public_configs = relay(receive)
+        try:
+            async for public in public_configs:
+                if not started:
+                    started = True
+                    task_status.started()
+                await configs.send(public)
+        finally:
+            # Close a generator here and now (its cleanup, e.g. a tunnel's, belongs to this
+            # task), not whenever the garbage collector finds it.
+            aclose = getattr(public_configs, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        # A relay that ends gives no more configs; the last one stays valid while we serve.
+        if not started:
+            raise RuntimeError("The webhook server's relay ended without giving a client config.")
+        await trio.sleep_forever()

@@ -60,11 +60,14 @@ async def serve_http(
     host: str | None = "127.0.0.1",
     port: int = 0,
     ssl_context: ssl.SSLContext | None = None,
+    handler_nursery: trio.Nursery | None = None,
     task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``handler`` until cancelled; ``task_status.started()`` gets the bound listeners.
 
-    ``host=None`` listens on every interface (IPv4 and IPv6 where available).
+    ``host=None`` listens on every interface (IPv4 and IPv6 where available). Connections run
+    in ``handler_nursery`` if given (so that cancelling this function only stops accepting new
+    ones), else in this function's own.
 
     Use ``listeners[0].socket.getsockname()`` to learn the port when ``port=0``.
     """
@@ -79,7 +82,7 @@ async def serve_http(
     await trio.serve_listeners(
         partial(_serve_connection, handler),
         serving,
-        handler_nursery=None,
+        handler_nursery=handler_nursery,
         task_status=_ForwardStatus(task_status, listeners),
     )
 

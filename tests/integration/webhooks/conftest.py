@@ -13,6 +13,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -149,3 +150,27 @@ async def post(
 def client_ca() -> trustme.CA:
     """A CA that issues client certificates (as an API server's client CA would)."""
     return trustme.CA()
+
+
+def write_server_files(directory: Path, ca: trustme.CA) -> tuple[Path, Path, Path]:
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    certfile, pkeyfile, cafile = directory / "tls.crt", directory / "tls.key", directory / "ca.crt"
+    certfile.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    pkeyfile.write_bytes(cert.private_key_pem.bytes())
+    cafile.write_bytes(ca.cert_pem.bytes())
+    return certfile, pkeyfile, cafile
+
+
+def trusting(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context
+
+
+async def free_port() -> int:
+    """A port free on the loopback right now (for servers that do not advertise their URL)."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port: int = listeners[0].socket.getsockname()[1]
+    for listener in listeners:
+        await listener.aclose()
+    return port

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import trio
 from trioperator._engine.webhooks import WebhookRejected
-from trioperator._kits.webhooks import WebhookServer
+from trioperator._kits.webhooks import WebhookServer, WebhookServiceServer
 
-from .conftest import Recorder, post, running
+from .conftest import Recorder, free_port, post, running
 
 REVIEW = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode()
 
@@ -141,10 +141,27 @@ async def test_a_failing_review_is_a_500_and_the_server_keeps_serving(
 
 
 async def test_a_fixed_port_is_used_and_advertised(recorder: Recorder) -> None:
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    for listener in listeners:
-        await listener.aclose()
+    port = await free_port()
     async with running(WebhookServer(addr="127.0.0.1", port=port, insecure=True), recorder) as srv:
         assert srv.config["url"] == f"http://127.0.0.1:{port}"
         assert (await post(port, "/x")).status == 200
+
+
+async def test_a_service_server_is_verifiable_by_the_service_names(recorder: Recorder) -> None:
+    port = await free_port()
+    server = WebhookServiceServer(
+        name="hooks", namespace="ops", addr="127.0.0.1", port=port, path="/p"
+    )
+    async with running(server, recorder) as srv:
+        assert srv.config["service"] == {
+            "namespace": "ops",
+            "name": "hooks",
+            "port": 443,
+            "path": "/p",
+        }
+        assert "url" not in srv.config
+        for hostname in ["hooks.ops.svc", "hooks.ops.svc.cluster.local", "hooks.ops", "hooks"]:
+            reply = await post(
+                port, "/p/x", context=srv.trusting_context(), server_hostname=hostname
+            )
+            assert reply.status == 200

@@ -15,21 +15,27 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import trio
 import trustme
 from trioperator._client.credentials import ConnectionInfo
-from trioperator._engine.webhooks import WebhookClientConfig
+from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
 from trioperator._kits.cluster_detection import detect_cluster_host
 from trioperator._kits.webhooks import (
     WebhookAutoServer,
     WebhookAutoTunnel,
     WebhookNgrokTunnel,
+    WebhookServer,
 )
 from trioperator._util.httpserver import Request, Response, serve_http
 
-from .conftest import Recorder, post, running
+from .conftest import Recorder, post, running, write_server_files
+
+
+def trusting_file(cafile: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cafile))
 
 
 @dataclasses.dataclass
@@ -82,7 +88,9 @@ async def test_ngrok_tunnels_a_local_http_server(recorder: Recorder, fake_ngrok:
     )
     async with running(tunnel, recorder) as srv:
         assert srv.config == {"url": "https://t1.ngrok.example/hooks"}
-        [(local_port, proto)] = fake_ngrok.connected
+        [(target, proto)] = fake_ngrok.connected
+        local_host, local_port = target.split(":")
+        assert local_host == "127.0.0.1"
         assert proto == "http"
         # What ngrok forwards to: the local plain-HTTP server, with the same paths.
         reply = await post(int(local_port), "/hooks/validate-x")
@@ -235,3 +243,40 @@ async def test_auto_tunnel_tunnels_for_an_unknown_cluster(
         async with running(WebhookAutoTunnel(addr="127.0.0.1", path="/p"), recorder) as srv:
             assert srv.config == WebhookClientConfig(url="https://t1.ngrok.example/p")
     assert len(fake_ngrok.connected) == 1
+
+
+class KopfStyleTunnel(WebhookServer):
+    """A tunnel as Kopf's docs show it: a server subclass adjusting the local server's configs."""
+
+    relayed: list[WebhookClientConfig]
+
+    async def __call__(self, fn: WebhookFn) -> AsyncIterator[WebhookClientConfig]:
+        self.relayed = []
+        async for config in super().__call__(fn):
+            self.relayed.append(config)
+            yield {"url": config["url"].replace("127.0.0.1", "tunnel.example")}
+
+
+async def test_a_kopf_style_subclass_advertises_what_its_call_yields(
+    recorder: Recorder, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    certfile, pkeyfile, cafile = write_server_files(tmp_path, trustme.CA())
+    server = KopfStyleTunnel(
+        addr="127.0.0.1", path="/p", certfile=certfile, pkeyfile=pkeyfile, file_check_interval=5
+    )
+    async with running(server, recorder) as srv:
+        local_port = urlsplit(server.relayed[0]["url"]).port
+        assert srv.config == {"url": f"https://tunnel.example:{local_port}/p"}
+        reply = await post(local_port, "/p/x", context=trusting_file(cafile))
+        assert reply.status == 200
+        # The local server's restart (renewed files) goes through the subclass too.
+        write_server_files(tmp_path, trustme.CA())
+        assert await srv.configs.receive() == srv.config
+        assert len(server.relayed) == 2
+    assert [call.webhook for call in recorder.calls] == ["x"]
+
+
+async def test_a_server_is_not_iterable_on_its_own(recorder: Recorder) -> None:
+    with pytest.raises(TypeError, match="subclass it and override __call__"):
+        async for _ in WebhookServer()(recorder):
+            pass  # pragma: no cover

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ssl
 import sys
+from pathlib import Path
 
 import pytest
 import trio
 import trioperator as kopf
 from trioperator._engine.webhooks import WebhookClientConfig
+from trioperator._kits import webhooks
 from trioperator._kits.cluster_detection import ServerIdentity, recognise_cluster
 from trioperator._kits.webhooks import (
     MissingDependencyError,
@@ -131,3 +133,53 @@ async def test_missing_pyngrok_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 )
 def test_recognised_clusters(identity: ServerIdentity, host: str | None) -> None:
     assert recognise_cluster(identity) == host
+
+
+def test_build_certificate_refuses_only_wildcards() -> None:
+    with pytest.raises(ValueError, match="No usable host names"):
+        WebhookServer.build_certificate(["0.0.0.0", "::"])
+
+
+def test_service_server_advertises_the_service_and_names_it_in_the_certificate() -> None:
+    server = kopf.WebhookServiceServer(name="hooks", namespace="ops", path="/admission/")
+    assert server.port == 9443
+    assert server.service == {
+        "namespace": "ops",
+        "name": "hooks",
+        "port": 443,
+        "path": "/admission",
+    }
+    assert server.certificate_names[:4] == [
+        "hooks.ops.svc",
+        "hooks",
+        "hooks.ops",
+        "hooks.ops.svc.cluster.local",
+    ]
+    assert {"localhost", "127.0.0.1"} <= set(server.certificate_names)
+
+
+def test_service_server_without_a_path_sends_none() -> None:
+    server = kopf.WebhookServiceServer(name="hooks", namespace="ops", service_port=8443)
+    assert server.service == {"namespace": "ops", "name": "hooks", "port": 8443}
+
+
+def test_service_server_takes_the_pods_namespace(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "namespace").write_text("from-the-pod\n")
+    monkeypatch.setattr(webhooks, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "namespace"))
+    assert kopf.WebhookServiceServer(name="hooks").namespace == "from-the-pod"
+
+
+def test_service_server_outside_of_a_pod_needs_a_namespace(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(webhooks, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "absent"))
+    with pytest.raises(ValueError, match="pass namespace="):
+        kopf.WebhookServiceServer(name="hooks")
+
+
+def test_the_given_certificate_files_are_watched() -> None:
+    server = WebhookServer(certfile="c", pkeyfile="k", cafile="ca", verify_cafile="clients")
+    assert server.watched_files == ["c", "k", "ca", "clients"]
+    assert WebhookServer().watched_files == []
