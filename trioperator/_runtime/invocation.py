@@ -1,4 +1,10 @@
-"""Calling user functions: async ones in the operator's trio run, sync ones in worker threads.
+"""Calling user functions: async ones in the operator's trio run or on its asyncio loop, sync
+ones in worker threads.
+
+Every kind of user callable that may be async goes through ``invoke``: handlers of changes and
+events, daemons, timers, indexers, activities, sub-handlers, webhook handlers. An async one runs
+under its flavor (``_engine/flavors.py``): natively in trio, or as an asyncio task on the
+operator's asyncio loop (``asyncio_bridge.py``). Callers pass the handler's ``flavor=`` option.
 
 Sync functions run through ``trio.to_thread.run_sync`` under one ``CapacityLimiter`` per
 operator (``settings.execution.max_workers``). trio copies the context variables into the
@@ -15,17 +21,14 @@ from typing import Any
 
 import trio
 
+from trioperator._engine.flavors import Flavor, is_async_callable
+from trioperator._runtime.asyncio_bridge import choose_handler_flavor, run_asyncio
+
 DEFAULT_THREAD_LIMIT = 40
 """trio's own default for threads; used when ``settings.execution.max_workers`` is None."""
 
 
-def is_async_fn(fn: Callable[..., Any]) -> bool:
-    """Whether calling ``fn`` gives an awaitable (partials and wrappers are looked through)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 -- callable objects with an async __call__
-    )
+is_async_fn = is_async_callable
 
 
 async def invoke(
@@ -34,13 +37,19 @@ async def invoke(
     kwargs: Mapping[str, Any],
     limiter: trio.CapacityLimiter | None = None,
     abandon_on_cancel: bool = False,
+    flavor: Flavor | None = None,
 ) -> Any:
     """Call ``fn(**kwargs)`` the way it wants to be called and return its result.
 
-    A sync ``fn`` runs in a worker thread. Cancellation waits for the thread to return, unless
-    ``abandon_on_cancel``: then the caller is cancelled at once and the thread runs on alone.
+    An async ``fn`` runs under ``flavor`` (the handler's option) or else the operator's setting
+    (``auto``: detected once per function). Under asyncio, a cancellation (a timeout, the
+    operator's exit) cancels its asyncio task. A sync ``fn`` runs in a worker thread.
+    Cancellation waits for the thread to return, unless ``abandon_on_cancel``: then the
+    caller is cancelled at once and the thread runs on alone.
     """
     if is_async_fn(fn):
+        if choose_handler_flavor(fn, flavor) == "asyncio":
+            return await run_asyncio(fn, kwargs)
         return await fn(**kwargs)
     result = await trio.to_thread.run_sync(
         functools.partial(fn, **kwargs),

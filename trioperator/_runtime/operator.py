@@ -2,10 +2,13 @@
 
 Task tree (every task belongs to exactly one nursery; nothing outlives ``Operator.main``)::
 
-    Operator.main                         guards nursery, in the exiting scope (see below)
-    ├── signals                           1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
-    ├── exiting limit                     stop_flag -> startup ended; ultimate exiting timeout
-    └── (main task)                       startup handlers, the root nursery, cleanup handlers
+    Operator.main                         asyncio loop + bridge nursery (asyncio_bridge.py),
+    │                                     only if asyncio-flavoured code is registered;
+    │                                     opened first, closed last
+    └── guards nursery, in the exiting scope (see below)
+        ├── signals                       1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
+        ├── exiting limit                 stop_flag -> startup ended; ultimate exiting timeout
+        └── (main task)                   startup handlers, the root nursery, cleanup handlers
 
     root nursery (of the main task, after the startup)
     ├── liveness (with -L)                on.probe results + the health of every watcher
@@ -73,6 +76,7 @@ from trioperator._engine.peering import detect_own_id
 from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
+from trioperator._runtime.asyncio_bridge import run_with_asyncio
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
@@ -148,12 +152,33 @@ class Operator:
         self.context: OperatorContext | None = None
         """The running operator's shared state (for introspection and test kits)."""
         self.orchestration: Orchestration | None = None
+        self._exiting: _Exiting | None = None
 
     def stop(self) -> None:
         self.stop_flag.set()
 
     async def main(self) -> None:
-        """Run until stopped; raise if startup fails (before any watching starts)."""
+        """Run until stopped; raise if startup fails (before any watching starts).
+
+        The asyncio loop for asyncio-flavoured handlers, if any is registered, is opened
+        first and closed last: startup and cleanup handlers may be asyncio-flavoured too.
+        """
+        try:
+            await run_with_asyncio(
+                self._main,
+                settings=self.settings.execution,
+                handlers=self.registry.iter_all_handlers,
+            )
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+
+    def cancel_now(self) -> None:
+        """Cancel everything now, the cleanup too (as a second SIGINT/SIGTERM does)."""
+        self.stop_flag.set()
+        if self._exiting is not None:
+            self._exiting.cancel_now()
+
+    async def _main(self) -> None:
         settings = self.settings
         context = OperatorContext(
             api=None,  # type: ignore[arg-type]  # set below, once credentials exist
@@ -174,7 +199,7 @@ class Operator:
         # starts, and their threads) queue to this operator; the poster posts them once the API
         # is reachable (so even startup handlers may post).
         send_events, receive_events = open_poster_channel()
-        exiting = _Exiting()
+        exiting = self._exiting = _Exiting()
         with install_poster(send_events, settings=settings), exiting.scope:
             try:
                 async with trio.open_nursery() as guards:
