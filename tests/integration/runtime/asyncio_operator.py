@@ -1,7 +1,8 @@
 """Handlers written for asyncio, as a Kopf user writes them: this module imports no trio.
 
-The tests register them into their own registry with ``register(registry, seen)``; what the
-handlers observe is recorded into ``seen`` (a dict of lists) for the tests to assert on.
+So the ``auto`` flavor gives them asyncio. The tests register them into their own registry with
+one of the ``register_*`` functions; what the handlers observe is recorded into ``seen`` (a dict
+of lists, by key) for the tests to assert on.
 """
 
 from __future__ import annotations
@@ -16,60 +17,126 @@ import trioperator as kopf
 LOCK = asyncio.Lock()  # made at import time, before any loop exists, as Kopf users do
 EVENT = asyncio.Event()
 
+Seen = dict[str, list[Any]]
 
-def register(registry: kopf.OperatorRegistry, seen: dict[str, list[Any]]) -> None:
+
+def _recorder(seen: Seen) -> Any:
     def record(key: str, value: Any = None) -> None:
         seen.setdefault(key, []).append(value)
 
-    @kopf.on.startup(registry=registry)
+    return record
+
+
+def library() -> str:
+    return sniffio.current_async_library()
+
+
+def register_every_kind(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    """One asyncio handler of every kind that can be async."""
+    record = _recorder(seen)
+
+    @kopf.on.startup(id="startup_fn", registry=registry)
     async def startup_fn(**_: Any) -> None:
         await asyncio.sleep(1)
-        record("startup", sniffio.current_async_library())
+        record("startup", library())
 
-    @kopf.on.cleanup(registry=registry)
+    @kopf.on.cleanup(id="cleanup_fn", registry=registry)
     async def cleanup_fn(**_: Any) -> None:
         await asyncio.sleep(1)
-        record("cleanup", sniffio.current_async_library())
+        record("cleanup", library())
 
-    @kopf.on.create("kopfexamples", registry=registry)
+    @kopf.on.probe(id="probe_fn", registry=registry)
+    async def probe_fn(**_: Any) -> str:
+        await asyncio.sleep(0)
+        return library()
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
     async def create_fn(**_: Any) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         async with LOCK:
             await asyncio.sleep(5)
-        await anyio.sleep(1)
-        record("create", asyncio.get_running_loop() is loop)
-        return {"library": sniffio.current_async_library()}
+        await anyio.sleep(1)  # anyio code runs under asyncio here
+        record("create", (library(), asyncio.get_running_loop() is loop, id(loop)))
+        EVENT.set()
+        return {"library": library()}
 
-    @kopf.on.update("kopfexamples", registry=registry)
+    @kopf.on.update("kopfexamples", id="update_fn", registry=registry)
     async def update_fn(**_: Any) -> None:
         async with LOCK:
             await asyncio.sleep(1)
-        record("update", sniffio.current_async_library())
+        record("update", (library(), id(asyncio.get_running_loop())))
 
-    @kopf.on.delete("kopfexamples", registry=registry)
+    @kopf.on.delete("kopfexamples", id="delete_fn", registry=registry)
     async def delete_fn(**_: Any) -> None:
         await asyncio.sleep(1)
-        record("delete", sniffio.current_async_library())
+        record("delete", library())
 
-    @kopf.on.event("kopfexamples", registry=registry)
-    async def event_fn(type: str | None, **_: Any) -> None:
+    @kopf.on.event("kopfexamples", id="event_fn", registry=registry)
+    async def event_fn(**_: Any) -> None:
         await asyncio.sleep(0)
-        record("event", type)
+        record("event", library())
 
-    @kopf.index("kopfexamples", registry=registry)
-    async def by_name(name: str, **_: Any) -> str:
+    @kopf.index("kopfexamples", id="by_name", registry=registry)
+    async def by_name(name: str, **_: Any) -> dict[str, str]:
         await asyncio.sleep(0)
-        return sniffio.current_async_library()
+        return {name: library()}
 
-    @kopf.daemon("kopfexamples", registry=registry)
+    @kopf.daemon("kopfexamples", id="daemon_fn", registry=registry)
     async def daemon_fn(stopped: kopf.DaemonStopped, **_: Any) -> None:
-        record("daemon-started", sniffio.current_async_library())
+        await EVENT.wait()  # an asyncio.Event made at import, set by create_fn
+        record("daemon", library())
         while not stopped:
-            await stopped.wait(10)
-            record("daemon-woke", bool(stopped))
+            await stopped.wait(1000)
         record("daemon-stopped", stopped.reason)
 
-    @kopf.timer("kopfexamples", interval=100, registry=registry)
-    async def timer_fn(**_: Any) -> None:
+    @kopf.timer("kopfexamples", interval=100, id="timer_fn", registry=registry)
+    async def timer_fn(by_name: kopf.Index[str, str], **_: Any) -> None:
         await asyncio.sleep(1)
-        record("timer", sniffio.current_async_library())
+        record("timer", (library(), dict(by_name)))
+
+
+def register_cancellable(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    """Handlers that never end on their own: only a cancellation stops them."""
+    record = _recorder(seen)
+
+    @kopf.on.create("kopfexamples", timeout=10, id="slow_fn", registry=registry)
+    async def slow_fn(**_: Any) -> None:
+        try:
+            await asyncio.sleep(1000)
+        except asyncio.CancelledError:
+            record("slow_fn", library())
+            raise
+
+    @kopf.daemon("kopfexamples", id="stubborn_daemon", registry=registry)
+    async def stubborn_daemon(**_: Any) -> None:
+        try:
+            await asyncio.sleep(100000)  # ignores its stop flag
+        except asyncio.CancelledError:
+            record("stubborn_daemon", library())
+            raise
+
+
+def register_subhandlers(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    record = _recorder(seen)
+
+    async def sub_a(**_: Any) -> None:
+        await asyncio.sleep(1)
+        record("sub_a", library())
+
+    def sub_b(**_: Any) -> None:
+        record("sub_b", "thread")
+
+    @kopf.on.create("kopfexamples", id="parent_fn", registry=registry)
+    async def parent_fn(**_: Any) -> None:
+        await kopf.execute(fns={"a": sub_a, "b": sub_b})
+        record("parent_fn", library())
+
+
+def register_overridden(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    """In this asyncio module, but told to run under trio: anyio code works either way."""
+    record = _recorder(seen)
+
+    @kopf.on.create("kopfexamples", flavor="trio", id="trio_fn", registry=registry)
+    async def trio_fn(**_: Any) -> None:
+        await anyio.sleep(1)
+        record("trio_fn", library())
