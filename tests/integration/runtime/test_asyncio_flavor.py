@@ -13,7 +13,6 @@ import pytest
 import sniffio
 import trio
 import trioperator as kopf
-
 from tests.integration.runtime import asyncio_operator
 from tests.integration.runtime.asyncio_operator import Seen
 
