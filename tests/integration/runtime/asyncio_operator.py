@@ -140,3 +140,25 @@ def register_overridden(registry: kopf.OperatorRegistry, seen: Seen) -> None:
     async def trio_fn(**_: Any) -> None:
         await anyio.sleep(1)
         record("trio_fn", library())
+
+
+def register_embedded(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    """For an operator awaited from an asyncio program: which loop do the handlers run on?"""
+    record = _recorder(seen)
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(name: str, **_: Any) -> None:
+        await asyncio.sleep(0.01)
+        record("create", (name, library(), asyncio.get_running_loop()))
+
+    @kopf.daemon("kopfexamples", id="daemon_fn", registry=registry)
+    async def daemon_fn(stopped: kopf.DaemonStopped, **_: Any) -> None:
+        record("daemon", library())
+        while not stopped:
+            await stopped.wait(0.05)
+        record("daemon-stopped", stopped.reason)
+
+    @kopf.on.cleanup(id="cleanup_fn", registry=registry)
+    async def cleanup_fn(**_: Any) -> None:
+        await asyncio.sleep(0)
+        record("cleanup", library())
