@@ -53,10 +53,12 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class HostLoop:
-    """An asyncio program's loop that hosts the operator's trio run (guest mode)."""
+    """The loop of an asyncio program that awaits the operator: its handlers run there too."""
 
     loop: asyncio.AbstractEventLoop
     token: trio.lowlevel.TrioToken
+    trio_asyncio: bool = False
+    """True: trio-asyncio's loop, on the operator's trio run; False: trio is a guest there."""
 
 
 class AsyncioBridge:
@@ -72,7 +74,7 @@ class AsyncioBridge:
     ) -> None:
         self.loop = loop
         self.hosted = hosted
-        """True: the loop of the program hosting trio; False: trio-asyncio's loop."""
+        """True: the loop of the program hosting trio as a guest; False: trio-asyncio's loop."""
         self._token = token
         self._nursery = nursery
 
@@ -192,7 +194,7 @@ async def run_with_asyncio(
             _flavoring.reset(token)
         return
     if host is not None:
-        await _run_bridged(body, settings=settings, loop=host.loop, hosted=True)
+        await _run_bridged(body, settings=settings, loop=host.loop, hosted=not host.trio_asyncio)
         return
     import trio_asyncio  # only now: importing it changes asyncio's loop policy process-wide
 

@@ -133,7 +133,7 @@ async def run_tasks(
     and is raised. Awaited from asyncio, it runs in trio's guest mode on the running loop.
     """
     if in_asyncio():
-        await _run_as_guest(lambda: run_tasks(tasks), tasks)
+        await _run_from_asyncio(lambda: run_tasks(tasks), tasks)
         return
     try:
         async with trio.open_nursery() as nursery:
@@ -277,17 +277,29 @@ def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return exc
 
 
-async def _run_as_guest(
+def _trio_is_running() -> bool:
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _run_from_asyncio(
     main: Callable[[], Awaitable[None]], tasks: Sequence[Callable[[], Awaitable[None]]]
 ) -> None:
-    """Run trio's ``main()`` in guest mode on the running asyncio loop, until it ends.
+    """Run trio's ``main()`` on behalf of the awaiting asyncio task, until it ends.
+
+    On a plain asyncio loop, trio runs in guest mode on it. On trio-asyncio's loop (which
+    ``asyncio.run()`` creates once trio-asyncio is imported: it replaces asyncio's loop policy),
+    trio already runs underneath, so ``main()`` becomes a trio task of that run.
 
     Cancellation of the awaiting asyncio task: first, every operator among ``tasks`` is asked
     to stop gracefully; a second one cancels them all at once. Either way this waits for the
-    trio run to end, then re-raises ``asyncio.CancelledError``.
+    trio side to end, then re-raises ``asyncio.CancelledError``.
     """
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
+    on_trio_asyncio = _trio_is_running()
     token: list[trio.lowlevel.TrioToken] = []
     stops_requested = 0
     operators = {task.operator for task in tasks if isinstance(task, OperatorTask)}
@@ -298,30 +310,43 @@ async def _run_as_guest(
 
     async def trio_main() -> None:
         token.append(trio.lowlevel.current_trio_token())
-        use_host_loop(HostLoop(loop=loop, token=token[0]))
+        use_host_loop(HostLoop(loop=loop, token=token[0], trio_asyncio=on_trio_asyncio))
         if stops_requested:
             stop(hard=stops_requested > 1)
         await main()
 
-    def on_done(result: outcome.Outcome[None]) -> None:
-        if not done.done():
-            done.set_result(result)
+    done: asyncio.Future[None]
+    if on_trio_asyncio:
+        done = loop.trio_as_future(trio_main)  # type: ignore[attr-defined]
+    else:
+        done = loop.create_future()
 
-    trio.lowlevel.start_guest_run(
-        trio_main,
-        run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-        run_sync_soon_not_threadsafe=loop.call_soon,
-        done_callback=on_done,
-        host_uses_signal_set_wakeup_fd=threading.current_thread() is threading.main_thread(),
-    )
+        def on_done(result: outcome.Outcome[None]) -> None:
+            if done.done():
+                return
+            try:
+                result.unwrap()
+            except BaseException as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        trio.lowlevel.start_guest_run(
+            trio_main,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            run_sync_soon_not_threadsafe=loop.call_soon,
+            done_callback=on_done,
+            host_uses_signal_set_wakeup_fd=threading.current_thread() is threading.main_thread(),
+        )
     while True:
         try:
-            result = await asyncio.shield(done)
+            await asyncio.shield(done)
             break
         except asyncio.CancelledError:
+            if done.done():
+                raise  # trio's side ended cancelled itself: nothing more to wait for
             stops_requested += 1
             if token:
                 token[0].run_sync_soon(stop, stops_requested > 1)
-    result.unwrap()
     if stops_requested:
         raise asyncio.CancelledError()

@@ -1,17 +1,20 @@
 """An operator awaited from asyncio programs: trio runs as a guest on the program's loop.
 
-These run a second event loop (asyncio, hosting trio) in a worker thread next to the test's
-trio run that serves the fake API; that loop has real time, so these tests wait for real (for
-fractions of a second), which the mock clock cannot drive.
+Each runs twice: on asyncio's own loop (trio in guest mode), and on the loop ``asyncio.run()``
+makes once trio-asyncio is imported in the process (it replaces asyncio's loop policy; trio then
+runs underneath already). The asyncio program runs in a worker thread, next to the test's trio
+run that serves the fake API; its loop has real time, so these tests wait for real (fractions of
+a second): the mock clock cannot drive another thread's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+import pytest
 import trio
 import trioperator as kopf
 from tests.integration.runtime import asyncio_operator
@@ -26,6 +29,21 @@ def _vault(fake_api: FakeAPI) -> kopf.Vault:
     return kopf.Vault({"fake": kopf.ConnectionInfo(server=fake_api.url, token="fake")})
 
 
+@pytest.fixture(params=["asyncio", "trio-asyncio"])
+def asyncio_run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, None]], None]:
+    """``asyncio.run()`` with the given kind of loop."""
+    if request.param == "trio-asyncio":
+        import trio_asyncio  # noqa: F401 -- imported for its effect on asyncio.run()
+
+        return asyncio.run
+
+    def run(coro: Coroutine[Any, Any, None]) -> None:
+        with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
+            runner.run(coro)
+
+    return run
+
+
 async def _until(predicate: Callable[[], Any], limit: float = 30) -> None:
     with trio.fail_after(limit):
         while not predicate():  # noqa: ASYNC110 -- waiting for another thread's event loop
@@ -33,7 +51,7 @@ async def _until(predicate: Callable[[], Any], limit: float = 30) -> None:
 
 
 async def test_asyncio_run_of_the_operator_in_a_thread_runs_and_stops(
-    fake_api: FakeAPI, registry: kopf.OperatorRegistry
+    fake_api: FakeAPI, registry: kopf.OperatorRegistry, asyncio_run: Any
 ) -> None:
     seen: Seen = {}
     asyncio_operator.register_embedded(registry, seen)
@@ -51,7 +69,7 @@ async def test_asyncio_run_of_the_operator_in_a_thread_runs_and_stops(
         )
 
     def thread() -> None:  # as Kopf's examples/12-embedded does it
-        asyncio.run(program())
+        asyncio_run(program())
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.to_thread.run_sync, thread)
@@ -69,7 +87,7 @@ async def test_asyncio_run_of_the_operator_in_a_thread_runs_and_stops(
 
 
 async def test_cancelling_the_awaiting_asyncio_task_stops_the_operator_gracefully(
-    fake_api: FakeAPI, registry: kopf.OperatorRegistry
+    fake_api: FakeAPI, registry: kopf.OperatorRegistry, asyncio_run: Any
 ) -> None:
     seen: Seen = {}
     asyncio_operator.register_embedded(registry, seen)
@@ -85,7 +103,7 @@ async def test_cancelling_the_awaiting_asyncio_task_stops_the_operator_gracefull
         )
         await ready.wait()
         created.set()
-        while "create" not in seen:
+        while "create" not in seen:  # noqa: ASYNC110 -- the handler runs on this loop
             await asyncio.sleep(0.01)
         task.cancel()
         try:
@@ -95,7 +113,7 @@ async def test_cancelling_the_awaiting_asyncio_task_stops_the_operator_gracefull
         outcome.append("program goes on")
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.to_thread.run_sync, asyncio.run, program())
+        nursery.start_soon(trio.to_thread.run_sync, asyncio_run, program())
         await _until(created.is_set)
         fake_api.create_object("kopfexamples", dict(OBJ))
     assert outcome == ["cancelled", "program goes on"]
