@@ -33,10 +33,16 @@ async def create_fn(logger, **_):
     async with aiohttp.ClientSession() as session:
         async with session.get(LIVENESS) as response:
             status = response.status
-            await response.read()
+            probes = await response.json()
     assert asyncio.get_running_loop() is loop
     logger.info(f"aiohttp got {status} from the liveness endpoint.")
-    return {"liveness": status}
+    return {"liveness": status, "probes": probes}
+
+
+@kopf.on.probe(id="probe_fn")
+async def probe_fn(**_):
+    await asyncio.sleep(0.01)
+    return "asyncio probe"
 
 
 @kopf.on.update("kopfexamples", id="update_fn")
@@ -122,7 +128,7 @@ def test_an_asyncio_operator_handles_each_change_once_and_stops_cleanly(
     operator.wait_for("Handler 'create_fn' succeeded.")
     operator.wait_for("Daemon started under asyncio.")
     obj = kubectl.get("kopfexample", "kopf-example-1", "-n", namespace)
-    assert obj["status"]["create_fn"] == {"liveness": 200}
+    assert obj["status"]["create_fn"] == {"liveness": 200, "probes": {"probe_fn": "asyncio probe"}}
 
     kubectl(
         "patch", "kopfexample", "kopf-example-1", "-n", namespace,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -52,14 +52,36 @@ async def invoke(
             return await run_asyncio(fn, kwargs)
         return await fn(**kwargs)
     result = await trio.to_thread.run_sync(
-        functools.partial(fn, **kwargs),
+        functools.partial(_call_sync, fn, kwargs),
         limiter=limiter,
         abandon_on_cancel=abandon_on_cancel,
     )
-    # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn).
-    if inspect.isawaitable(result):
-        return await result
+    # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn):
+    # it is awaited under the flavor of the function that made it.
+    if isinstance(result, _Returned):
+        if choose_handler_flavor(fn, flavor) == "asyncio":
+            return await run_asyncio(_await, {"awaitable": result.awaitable})
+        return await result.awaitable
     return result
+
+
+class _Returned:
+    """An awaitable returned by a sync function, carried out of its thread as it is (trio
+    refuses a thread's result that looks asynchronous)."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+def _call_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    result = fn(**kwargs)
+    return _Returned(result) if inspect.isawaitable(result) else result
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def make_limiter(max_workers: int | None) -> trio.CapacityLimiter:

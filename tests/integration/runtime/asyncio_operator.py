@@ -162,3 +162,48 @@ def register_embedded(registry: kopf.OperatorRegistry, seen: Seen) -> None:
     async def cleanup_fn(**_: Any) -> None:
         await asyncio.sleep(0)
         record("cleanup", library())
+
+
+def register_asyncio_idioms(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    """What Kopf operators commonly do in asyncio handlers besides sleeping."""
+    record = _recorder(seen)
+
+    def blocking(value: str) -> str:
+        return value
+
+    async def child(value: str) -> str:
+        await asyncio.sleep(1)
+        return value
+
+    @kopf.on.create("kopfexamples", id="idioms_fn", registry=registry)
+    async def idioms_fn(**_: Any) -> None:
+        loop = asyncio.get_event_loop()  # the older spelling, still common
+        record("executor", await loop.run_in_executor(None, blocking, "executor"))
+        record("to_thread", await asyncio.to_thread(blocking, "to_thread"))
+        record("gather", await asyncio.gather(child("a"), child("b")))
+        record("wait_for", await asyncio.wait_for(child("c"), timeout=5))
+        try:
+            async with asyncio.timeout(0.5):
+                await child("never")
+        except TimeoutError:
+            record("timeout", "expired")
+        task = asyncio.create_task(child("task"))
+        record("task", await task)
+
+    @kopf.on.create("kopfexamples", id="parent_fn", registry=registry)
+    async def parent_fn(**_: Any) -> None:
+        @kopf.subhandler(id="sub")
+        async def sub(**_: Any) -> None:
+            await asyncio.sleep(1)
+            record("sub", library())
+
+        record("parent", library())
+
+    async def made_by_a_lambda(**_: Any) -> None:
+        await asyncio.sleep(1)
+        record("lambda", library())
+
+    # A sync callable that returns a coroutine: awaited under its module's flavor.
+    kopf.on.create("kopfexamples", id="lambda_fn", registry=registry)(
+        lambda **kwargs: made_by_a_lambda(**kwargs)
+    )

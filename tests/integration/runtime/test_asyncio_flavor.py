@@ -105,10 +105,23 @@ async def test_trio_handlers_run_natively_next_to_asyncio_ones(
         await asyncio.sleep(1)
         seen.setdefault("forced_fn", []).append(sniffio.current_async_library())
 
+    async def made_by_a_lambda(**_: Any) -> None:
+        await trio.sleep(1)
+        seen.setdefault("lambda", []).append(sniffio.current_async_library())
+
+    kopf.on.create("kopfexamples", id="lambda_fn", registry=registry)(
+        lambda **kwargs: made_by_a_lambda(**kwargs)
+    )
+
     running = await run_operator()
     running.create()
-    await running.wait_for(lambda: len(seen) == 3)
-    assert seen == {"trio_fn": ["trio"], "native_fn": ["trio"], "forced_fn": ["asyncio"]}
+    await running.wait_for(lambda: len(seen) == 4)
+    assert seen == {
+        "trio_fn": ["trio"],
+        "native_fn": ["trio"],
+        "forced_fn": ["asyncio"],
+        "lambda": ["trio"],
+    }
 
 
 async def test_the_setting_forces_a_flavor_for_handlers_without_their_own(
@@ -149,3 +162,24 @@ async def test_no_asyncio_loop_without_asyncio_code(
     running.create()
     await running.wait_for(lambda: seen)
     assert seen == ["no loop"]
+
+
+async def test_asyncio_idioms_of_kopf_operators_work(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    seen: Seen = {}
+    asyncio_operator.register_asyncio_idioms(registry, seen)
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: "task" in seen and "sub" in seen and "lambda" in seen)
+    assert seen == {
+        "executor": ["executor"],
+        "to_thread": ["to_thread"],
+        "gather": [["a", "b"]],
+        "wait_for": ["c"],
+        "timeout": ["expired"],
+        "task": ["task"],
+        "parent": ["asyncio"],
+        "sub": ["asyncio"],
+        "lambda": ["asyncio"],
+    }
