@@ -207,3 +207,13 @@ def register_asyncio_idioms(registry: kopf.OperatorRegistry, seen: Seen) -> None
     kopf.on.create("kopfexamples", id="lambda_fn", registry=registry)(
         lambda **kwargs: made_by_a_lambda(**kwargs)
     )
+
+
+def register_failing_startup(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    record = _recorder(seen)
+
+    @kopf.on.startup(id="startup_fn", registry=registry)
+    async def startup_fn(**_: Any) -> None:
+        await asyncio.sleep(1)
+        record("startup", library())
+        raise kopf.PermanentError("Not today.")

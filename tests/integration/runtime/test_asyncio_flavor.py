@@ -15,6 +15,7 @@ import trio
 import trioperator as kopf
 from tests.integration.runtime import asyncio_operator
 from tests.integration.runtime.asyncio_operator import Seen
+from trioperator.testing import FakeAPI
 
 Reason = kopf.DaemonStoppingReason
 
@@ -183,3 +184,15 @@ async def test_asyncio_idioms_of_kopf_operators_work(
         "sub": ["asyncio"],
         "lambda": ["asyncio"],
     }
+
+
+async def test_a_failing_asyncio_startup_fails_the_operator_with_its_own_error(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry
+) -> None:
+    seen: Seen = {}
+    asyncio_operator.register_failing_startup(registry, seen)
+    vault = kopf.Vault({"fake": kopf.ConnectionInfo(server=fake_api.url, token="fake")})
+    operator = kopf.Operator(registry=registry, vault=vault)
+    with pytest.raises(kopf.ActivityError, match="startup handlers failed: 'startup_fn'"):
+        await operator.main()
+    assert seen == {"startup": ["asyncio"]}
