@@ -100,16 +100,25 @@ class AsyncioBridge:
         async def call_in_trio() -> None:
             for var, value in context.items():
                 var.set(value)
-            with scope:
-                result = await outcome.acapture(fn)
-            if future.done() or loop.is_closed():
-                return  # the asyncio side has given up (cancelled): nobody wants the result
-            if scope.cancelled_caught:
-                future.cancel()
-            elif isinstance(result, outcome.Error):
-                future.set_exception(result.error)
-            else:
-                future.set_result(result.value)
+            result: outcome.Outcome[Any] | None = None
+            try:
+                with scope:
+                    try:
+                        result = outcome.Value(await fn())
+                    except trio.Cancelled:
+                        raise
+                    except BaseException as exc:  # it goes to the asyncio side
+                        result = outcome.Error(exc)
+            finally:
+                # Delivered unless the asyncio side has given up (it cancelled, so the result
+                # has nobody to go to) or the loop is gone. No result: this was cancelled.
+                if not future.done() and not loop.is_closed():
+                    if result is None:
+                        future.cancel()
+                    elif isinstance(result, outcome.Error):
+                        future.set_exception(result.error)
+                    elif isinstance(result, outcome.Value):
+                        future.set_result(result.value)
 
         self._token.run_sync_soon(self._nursery.start_soon, call_in_trio)
         try:
