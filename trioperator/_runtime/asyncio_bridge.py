@@ -90,10 +90,12 @@ class AsyncioBridge:
         """From asyncio code on the loop: run ``fn()`` as a trio task; await its result.
 
         The trio task sees the caller's context variables (e.g. the running handler's, which
-        ``trioperator.execute()`` needs). Cancelling the awaiting asyncio task cancels it.
+        ``trioperator.execute()`` needs). Cancelling the awaiting asyncio task cancels it, and
+        waits until it has ended.
         """
         loop = self.loop
         future: asyncio.Future[Any] = loop.create_future()
+        finished: asyncio.Future[None] = loop.create_future()
         scope = trio.CancelScope()
         context = contextvars.copy_context()
 
@@ -112,6 +114,8 @@ class AsyncioBridge:
             finally:
                 # Delivered unless the asyncio side has given up (it cancelled, so the result
                 # has nobody to go to) or the loop is gone. No result: this was cancelled.
+                if not loop.is_closed():
+                    finished.set_result(None)
                 if not future.done() and not loop.is_closed():
                     if result is None:
                         future.cancel()
@@ -120,11 +124,20 @@ class AsyncioBridge:
                     elif isinstance(result, outcome.Value):
                         future.set_result(result.value)
 
-        self._token.run_sync_soon(self._nursery.start_soon, call_in_trio)
+        def start() -> None:
+            try:
+                self._nursery.start_soon(call_in_trio)
+            except RuntimeError:  # the nursery is closed: the operator has ended
+                if not loop.is_closed():
+                    finished.set_result(None)
+                    future.set_exception(RuntimeError("The operator has stopped: no more calls."))
+
+        self._token.run_sync_soon(start)
         try:
             return await future
         except asyncio.CancelledError:
             self._token.run_sync_soon(scope.cancel)
+            await asyncio.shield(finished)  # as trio does: the cancelled call ends first
             raise
 
 
