@@ -217,3 +217,17 @@ def register_failing_startup(registry: kopf.OperatorRegistry, seen: Seen) -> Non
         await asyncio.sleep(1)
         record("startup", library())
         raise kopf.PermanentError("Not today.")
+
+
+def register_login(registry: kopf.OperatorRegistry, seen: Seen, server: str) -> None:
+    record = _recorder(seen)
+
+    @kopf.on.login(id="login_fn", registry=registry)
+    async def login_fn(**_: Any) -> kopf.ConnectionInfo:
+        await asyncio.sleep(1)
+        record("login", library())
+        return kopf.ConnectionInfo(server=server, token="fake")
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> None:
+        record("create", library())

@@ -15,6 +15,7 @@ import trio
 import trioperator as kopf
 from tests.integration.runtime import asyncio_operator
 from tests.integration.runtime.asyncio_operator import Seen
+from tests.integration.runtime.conftest import OBJ
 from trioperator.testing import FakeAPI
 
 Reason = kopf.DaemonStoppingReason
@@ -196,3 +197,21 @@ async def test_a_failing_asyncio_startup_fails_the_operator_with_its_own_error(
     with pytest.raises(kopf.ActivityError, match="startup handlers failed: 'startup_fn'"):
         await operator.main()
     assert seen == {"startup": ["asyncio"]}
+
+
+async def test_an_asyncio_login_handler_provides_the_credentials(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry
+) -> None:
+    seen: Seen = {}
+    asyncio_operator.register_login(registry, seen, fake_api.url)
+    operator = kopf.Operator(registry=registry)  # no credentials: the login handler gives them
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(operator.main)
+        with trio.fail_after(60):
+            await operator.ready_flag.wait()
+        fake_api.create_object("kopfexamples", dict(OBJ))
+        with trio.fail_after(60):
+            while "create" not in seen:  # noqa: ASYNC110 -- polling what the handler recorded
+                await trio.sleep(0.01)
+        operator.stop()
+    assert seen == {"login": ["asyncio"], "create": ["asyncio"]}
