@@ -231,3 +231,16 @@ def register_login(registry: kopf.OperatorRegistry, seen: Seen, server: str) -> 
     @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
     async def create_fn(**_: Any) -> None:
         record("create", library())
+
+
+def register_endless(registry: kopf.OperatorRegistry, seen: Seen) -> None:
+    record = _recorder(seen)
+
+    @kopf.on.create("kopfexamples", id="endless_fn", registry=registry)
+    async def endless_fn(**_: Any) -> None:
+        record("started", library())
+        try:
+            await asyncio.sleep(100000)
+        except asyncio.CancelledError:
+            record("cancelled", library())
+            raise

@@ -143,3 +143,36 @@ async def test_spawn_tasks_and_run_tasks_in_trio(
         await _until(lambda: handled)
         stop.set()
     assert handled == ["kopf-example-1"]
+
+
+async def test_a_second_cancellation_cancels_the_operator_at_once(
+    fake_api: FakeAPI, registry: kopf.OperatorRegistry, asyncio_run: Any
+) -> None:
+    seen: Seen = {}
+    asyncio_operator.register_endless(registry, seen)
+    outcome: list[str] = []
+    ready = threading.Event()
+
+    async def program() -> None:
+        task = asyncio.create_task(
+            kopf.operator(
+                registry=registry, vault=_vault(fake_api), ready_flag=ready, standalone=True
+            )
+        )
+        while "started" not in seen:  # noqa: ASYNC110 -- the handler runs on this loop
+            await asyncio.sleep(0.01)
+        task.cancel()  # graceful: the operator waits for the endless handler...
+        await asyncio.sleep(0.3)
+        outcome.append("still running" if not task.done() else "ended")
+        task.cancel()  # ...until the second cancellation
+        try:
+            await task
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, asyncio_run, program())
+        await _until(ready.is_set)
+        fake_api.create_object("kopfexamples", dict(OBJ))
+    assert outcome == ["still running", "cancelled"]
+    assert seen == {"started": ["asyncio"], "cancelled": ["asyncio"]}
