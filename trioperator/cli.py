@@ -178,13 +178,9 @@ def run(
         load(paths or [], module or [], registry=registry)
     finally:
         set_default_registry(previous)
-    settings = controls.settings
-    if async_flavor is not None:
-        settings = settings if settings is not None else OperatorSettings()
-        settings.execution.async_flavor = async_flavor
     operator = Operator(
         registry=registry,
-        settings=settings,
+        settings=controls.settings,
         vault=controls.vault,
         namespaces=namespaces,
         clusterwide=not namespaces,
@@ -194,6 +190,7 @@ def run(
         # As in Kopf, --dev wins over --priority.
         priority=DEV_PRIORITY if dev else priority,
         peering_name=peering,
+        async_flavor=async_flavor,
     )
     trio.run(_run_operator, operator, controls.started)
     return 0

@@ -34,6 +34,7 @@ import outcome
 import trio
 
 from trioperator._client.credentials import Vault
+from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.asyncio_bridge import HostLoop, in_asyncio, use_host_loop
@@ -86,6 +87,7 @@ async def spawn_tasks(
     identity: str | None = None,
     liveness_endpoint: str | None = None,
     handle_signals: bool = False,
+    async_flavor: FlavorSetting | None = None,
 ) -> list[OperatorTask]:
     """Prepare an operator and return its root task functions; nothing starts yet.
 
@@ -108,6 +110,7 @@ async def spawn_tasks(
         identity=identity,
         liveness_endpoint=liveness_endpoint,
         handle_signals=handle_signals,
+        async_flavor=async_flavor,
     )
     tasks = [OperatorTask("operator", op.main, op)]
     if isinstance(ready_flag, trio.Event):
@@ -159,6 +162,7 @@ async def operator(
     identity: str | None = None,
     liveness_endpoint: str | None = None,
     handle_signals: bool = False,
+    async_flavor: FlavorSetting | None = None,
 ) -> None:
     """Run an operator until ``stop_flag`` is raised or it is cancelled; from trio or asyncio.
 
@@ -166,7 +170,9 @@ async def operator(
     object exists), ``standalone=True`` disables it, ``priority`` ranks this operator among its
     peers; unset, they keep what ``settings.peering`` says. ``liveness_endpoint`` serves the
     probe (``http://host:port/path``). ``handle_signals`` makes SIGINT/SIGTERM stop it (only
-    in the main thread, and only in a trio program). See the module's docstring for asyncio.
+    in the main thread, and only in a trio program). ``async_flavor`` (``"auto"``, ``"trio"``,
+    ``"asyncio"``) sets ``settings.execution.async_flavor``, as ``--async-flavor`` does. See
+    the module's docstring for asyncio programs.
     """
     tasks = await spawn_tasks(
         registry=registry,
@@ -183,6 +189,7 @@ async def operator(
         identity=identity,
         liveness_endpoint=liveness_endpoint,
         handle_signals=handle_signals,
+        async_flavor=async_flavor,
     )
     if len(tasks) == 1 and not in_asyncio():
         await tasks[0]()  # the plain case: no nursery, the operator's own errors as they are
@@ -204,6 +211,7 @@ def run(
     peering_name: str | None = None,
     identity: str | None = None,
     liveness_endpoint: str | None = None,
+    async_flavor: FlavorSetting | None = None,
 ) -> None:
     """Run an operator in a trio run of its own; SIGINT/SIGTERM stop it gracefully.
 
@@ -222,6 +230,7 @@ def run(
         peering_name=peering_name,
         identity=identity,
         liveness_endpoint=liveness_endpoint,
+        async_flavor=async_flavor,
     )
     trio.run(op.main)
 

@@ -69,6 +69,7 @@ from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
 from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth
 from trioperator._engine.errors import ActivityError, ErrorsMode
+from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.handlers import Activity, ActivityHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.memos import Memo
@@ -117,6 +118,7 @@ class Operator:
         priority: int | None = None,
         peering_name: str | None = None,
         identity: str | None = None,
+        async_flavor: FlavorSetting | None = None,
     ) -> None:
         self.registry = registry if registry is not None else get_default_registry()
         self.settings = settings if settings is not None else OperatorSettings()
@@ -135,6 +137,8 @@ class Operator:
             peering.standalone = standalone
         if priority is not None:
             peering.priority = priority
+        if async_flavor is not None:
+            self.settings.execution.async_flavor = async_flavor  # validated there
         self.identity = identity if identity is not None else detect_own_id()
         """This operator's key in the peering objects (``POD_ID``, else user@host/time/xyz)."""
         self.handle_signals = handle_signals

@@ -203,3 +203,12 @@ def test_subhandlers_inherit_their_parents_override(module: Any) -> None:
     assert build_subhandler(module(HANDLER).fn, parent=parent).flavor == "asyncio"
     assert build_subhandler(module(HANDLER).fn, parent=parent, flavor="trio").flavor == "trio"
     assert build_subhandler(module(HANDLER).fn, parent=_handler(parent.fn)).flavor is None
+
+
+def test_the_operator_takes_the_setting_as_an_option_too() -> None:
+    settings = kopf.OperatorSettings()
+    operator = kopf.Operator(settings=settings, async_flavor="asyncio")
+    assert operator.settings.execution.async_flavor == "asyncio"
+    assert kopf.Operator().settings.execution.async_flavor == "auto"
+    with pytest.raises(ValueError, match="async_flavor must be"):
+        kopf.Operator(async_flavor="curio")  # type: ignore[arg-type]
