@@ -70,7 +70,7 @@ from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth
 from trioperator._engine.errors import ActivityError, ErrorsMode
 from trioperator._engine.flavors import FlavorSetting
-from trioperator._engine.handlers import Activity, ActivityHandler
+from trioperator._engine.handlers import Activity, ActivityHandler, BaseHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.memos import Memo
 from trioperator._engine.peering import detect_own_id
@@ -171,10 +171,17 @@ class Operator:
             await run_with_asyncio(
                 self._main,
                 settings=self.settings.execution,
-                handlers=self.registry.iter_all_handlers,
+                handlers=self._all_handlers,
             )
         except BaseExceptionGroup as group:
             raise _single(group) from None
+
+    def _all_handlers(self) -> list[BaseHandler]:
+        """What may run in this operator: the registry's handlers, or the fallback logins."""
+        handlers: list[BaseHandler] = list(self.registry.iter_all_handlers())
+        if not self.registry.get_activity_handlers(Activity.AUTHENTICATION):
+            handlers.extend(_fallback_login_handlers())
+        return handlers
 
     def cancel_now(self) -> None:
         """Cancel everything now, the cleanup too (as a second SIGINT/SIGTERM does)."""
