@@ -83,6 +83,8 @@ from trioperator._kits.webhooks import WebhookServiceServer as WebhookServiceSer
 from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
+from trioperator._runtime.embedding import run_tasks as run_tasks
+from trioperator._runtime.embedding import spawn_tasks as spawn_tasks
 from trioperator._runtime.execution import execute as execute
 from trioperator._runtime.operator import Operator as Operator
 from trioperator._runtime.posting import event as event
@@ -184,8 +186,10 @@ __all__ = [
     "operator",
     "register",
     "run",
+    "run_tasks",
     "set_default_lifecycle",
     "set_default_registry",
+    "spawn_tasks",
     "subhandler",
     "timer",
     "warn",

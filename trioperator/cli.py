@@ -24,6 +24,7 @@ import trio
 from cyclopts import App, Parameter
 
 from trioperator._client.credentials import Vault
+from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.namespaces import parse_namespace_options
 from trioperator._engine.peering import DEV_PRIORITY
 from trioperator._engine.registry import (
@@ -98,6 +99,7 @@ def run(
     log_format: LogFormat = "full",
     log_prefix: Annotated[bool | None, Parameter(name="--log-prefix")] = None,
     log_refkey: str = "object",
+    async_flavor: FlavorSetting | None = None,
 ) -> int:
     """Run an operator: import the files and modules with its handlers, then serve them.
 
@@ -138,6 +140,11 @@ def run(
         Prefix object-related messages with [namespace/name] (default: on, except for json).
     log_refkey
         The JSON key holding the object reference in json logs.
+    async_flavor
+        The library async handlers are written for: trio, asyncio (run on an asyncio loop on
+        top of trio), or auto (default): asyncio for handlers whose module imports asyncio or
+        an asyncio-only library (aiohttp, kubernetes_asyncio, ...), trio for the rest. A
+        handler's own flavor= option wins. Sets settings.execution.async_flavor.
     """
     # Each value is one pattern: commas inside it are part of Kopf's glob syntax.
     namespaces = list(parse_namespace_options(namespace or []))
@@ -183,6 +190,7 @@ def run(
         # As in Kopf, --dev wins over --priority.
         priority=DEV_PRIORITY if dev else priority,
         peering_name=peering,
+        async_flavor=async_flavor,
     )
     trio.run(_run_operator, operator, controls.started)
     return 0

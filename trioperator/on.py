@@ -8,6 +8,10 @@ Usage::
     def create_fn(spec, **_):
         ...
 
+Every decorator takes ``flavor="trio"|"asyncio"`` for the library an async handler is written
+for (default: ``settings.execution.async_flavor``, normally detected from the handler's module;
+see ``trioperator._engine.flavors``).
+
 Every decorator validates its options when it is called (so mistakes surface at import time),
 registers one handler when applied, and returns the function unchanged. The signatures are
 spelled out in full for IDEs and type checkers; the shared work lives in the helpers below.
@@ -22,6 +26,7 @@ from typing import Any, TypeVar
 from trioperator._client.resources import Resource
 from trioperator._engine.errors import ErrorsMode
 from trioperator._engine.filters import FieldPath, FieldSpec, MetaFilter, ValueFilter, WhenFilterFn
+from trioperator._engine.flavors import Flavor, check_flavor
 from trioperator._engine.handlers import (
     Activity,
     ActivityHandler,
@@ -97,9 +102,11 @@ def _common(
     timeout: float | None,
     retries: int | None,
     backoff: float | None,
+    flavor: Flavor | None = None,
 ) -> dict[str, Any]:
     check_common_options(id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff)
     return {
+        "flavor": check_flavor(flavor),
         "param": param,
         "errors": errors,
         "timeout": timeout,
@@ -170,9 +177,16 @@ def _activity(
     retries: int | None,
     backoff: float | None,
     registry: OperatorRegistry | None,
+    flavor: Flavor | None = None,
 ) -> Callable[[_FnT], _FnT]:
     common = _common(
-        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        flavor=flavor,
     )
     build = functools.partial(ActivityHandler, activity=activity, **common)
     return _registering(registry, id=id, field=None, build=build)
@@ -223,6 +237,7 @@ def _webhook(
     ignore_failures: bool | None,
     filters: dict[str, Any],
     registry: OperatorRegistry | None,
+    flavor: Flavor | None = None,
 ) -> Callable[[_FnT], _FnT]:
     check_common_options(id=id)
     # stacklevel=3: check_operations <- this helper <- the decorator <- the user's module.
@@ -242,6 +257,7 @@ def _webhook(
         persistent=bool(persistent),
         side_effects=bool(side_effects),
         ignore_failures=bool(ignore_failures),
+        flavor=check_flavor(flavor),
         **filters,
     )
     return _registering(registry, id=id, field=filters["field"], build=build)
@@ -258,6 +274,7 @@ def startup(
     timeout: float | None = None,
     retries: int | None = None,
     backoff: float | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.startup()``: runs (with retries) before the operator starts serving anything."""
@@ -270,6 +287,7 @@ def startup(
         retries=retries,
         backoff=backoff,
         registry=registry,
+        flavor=flavor,
     )
 
 
@@ -281,6 +299,7 @@ def cleanup(
     timeout: float | None = None,
     retries: int | None = None,
     backoff: float | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.cleanup()``: runs when the operator exits, after everything else stopped."""
@@ -293,6 +312,7 @@ def cleanup(
         retries=retries,
         backoff=backoff,
         registry=registry,
+        flavor=flavor,
     )
 
 
@@ -304,6 +324,7 @@ def login(
     timeout: float | None = None,
     retries: int | None = None,
     backoff: float | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.login()``: custom (re-)authentication; returns a ``ConnectionInfo``."""
@@ -316,6 +337,7 @@ def login(
         retries=retries,
         backoff=backoff,
         registry=registry,
+        flavor=flavor,
     )
 
 
@@ -327,6 +349,7 @@ def probe(
     timeout: float | None = None,
     retries: int | None = None,
     backoff: float | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.probe()``: a liveness metric, reported under the handler's id."""
@@ -339,6 +362,7 @@ def probe(
         retries=retries,
         backoff=backoff,
         registry=registry,
+        flavor=flavor,
     )
 
 
@@ -371,6 +395,7 @@ def validate(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.validate()``: a validating admission webhook."""
@@ -394,6 +419,7 @@ def validate(
             labels=labels, annotations=annotations, when=when, field=field, value=value
         ),
         registry=registry,
+        flavor=flavor,
     )
 
 
@@ -423,6 +449,7 @@ def mutate(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.mutate()``: a mutating admission webhook (edits the ``patch`` kwarg)."""
@@ -446,6 +473,7 @@ def mutate(
             labels=labels, annotations=annotations, when=when, field=field, value=value
         ),
         registry=registry,
+        flavor=flavor,
     )
 
 
@@ -477,6 +505,7 @@ def resume(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.resume()``: once per object and operator process, mixed into its first cycle.
@@ -496,7 +525,13 @@ def resume(
         deleted=deleted,
         field_needs_change=False,
         common=_common(
-            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+            id=id,
+            param=param,
+            errors=errors,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            flavor=flavor,
         ),
         filters=_filters(
             labels=labels, annotations=annotations, when=when, field=field, value=value
@@ -530,6 +565,7 @@ def create(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.create()``: the object was created (or first seen without a diff-base)."""
@@ -543,7 +579,13 @@ def create(
         reason=Reason.CREATE,
         field_needs_change=False,
         common=_common(
-            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+            id=id,
+            param=param,
+            errors=errors,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            flavor=flavor,
         ),
         filters=_filters(
             labels=labels, annotations=annotations, when=when, field=field, value=value
@@ -579,6 +621,7 @@ def update(
     value: ValueFilter | None = None,
     old: ValueFilter | None = None,
     new: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.update()``: an essential change; with ``field=``, only when that field changes."""
@@ -594,7 +637,13 @@ def update(
         old=old,
         new=new,
         common=_common(
-            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+            id=id,
+            param=param,
+            errors=errors,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            flavor=flavor,
         ),
         filters=_filters(
             labels=labels,
@@ -635,6 +684,7 @@ def delete(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.delete()``: the object is marked for deletion.
@@ -653,7 +703,13 @@ def delete(
         requires_finalizer=not optional,
         field_needs_change=False,
         common=_common(
-            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+            id=id,
+            param=param,
+            errors=errors,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            flavor=flavor,
         ),
         filters=_filters(
             labels=labels, annotations=annotations, when=when, field=field, value=value
@@ -689,6 +745,7 @@ def field(
     value: ValueFilter | None = None,
     old: ValueFilter | None = None,
     new: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.field()``: the given field changed (was added, modified, or removed)."""
@@ -715,7 +772,13 @@ def field(
         old=old,
         new=new,
         common=_common(
-            id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+            id=id,
+            param=param,
+            errors=errors,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            flavor=flavor,
         ),
         filters=filters,
         registry=registry,
@@ -746,6 +809,7 @@ def event(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.event()``: every raw watch event; failures are logged and ignored."""
@@ -756,7 +820,9 @@ def event(
     )  # fmt: skip
     check_common_options(id=id)
     filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
-    build = functools.partial(WatchingHandler, selector=selector, param=param, **filters)
+    build = functools.partial(
+        WatchingHandler, selector=selector, param=param, flavor=check_flavor(flavor), **filters
+    )
     return _registering(registry, id=id, field=filters["field"], build=build)
 
 
@@ -784,6 +850,7 @@ def index(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.index()``: an in-memory index, passed to handlers as a kwarg named by its id."""
@@ -793,7 +860,13 @@ def index(
         singular=singular, shortcut=shortcut, category=category,
     )  # fmt: skip
     common = _common(
-        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        flavor=flavor,
     )
     filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
     build = functools.partial(IndexingHandler, selector=selector, **common, **filters)
@@ -828,6 +901,7 @@ def daemon(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.daemon()``: a long-running task per object, stopped on deletion or exit."""
@@ -837,7 +911,13 @@ def daemon(
         singular=singular, shortcut=shortcut, category=category,
     )  # fmt: skip
     common = _common(
-        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        flavor=flavor,
     )
     filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
     check_delay("initial_delay", initial_delay)
@@ -885,6 +965,7 @@ def timer(
     when: WhenFilterFn | None = None,
     field: FieldSpec | None = None,
     value: ValueFilter | None = None,
+    flavor: Flavor | None = None,
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.timer()``: runs every ``interval`` seconds per object (after ``idle`` calm)."""
@@ -894,7 +975,13 @@ def timer(
         singular=singular, shortcut=shortcut, category=category,
     )  # fmt: skip
     common = _common(
-        id=id, param=param, errors=errors, timeout=timeout, retries=retries, backoff=backoff
+        id=id,
+        param=param,
+        errors=errors,
+        timeout=timeout,
+        retries=retries,
+        backoff=backoff,
+        flavor=flavor,
     )
     filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
     check_seconds("interval", interval, positive=True)
@@ -932,6 +1019,7 @@ def subhandler(
     value: ValueFilter | None = None,
     old: ValueFilter | None = None,
     new: ValueFilter | None = None,
+    flavor: Flavor | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.subhandler()``: declare a sub-handler of the running resource-changing handler.
 
@@ -958,6 +1046,7 @@ def subhandler(
             value=value,
             old=old,
             new=new,
+            flavor=flavor,
             stacklevel=2,
         )
         subregistry.append(handler)
@@ -978,6 +1067,7 @@ def register(
     labels: MetaFilter | None = None,
     annotations: MetaFilter | None = None,
     when: WhenFilterFn | None = None,
+    flavor: Flavor | None = None,
 ) -> _FnT:
     """Register ``fn`` as a sub-handler of the running handler (``@kopf.subhandler`` as a call)."""
     subregistry = current_subregistry()
@@ -993,6 +1083,7 @@ def register(
         labels=labels,
         annotations=annotations,
         when=when,
+        flavor=flavor,
         stacklevel=2,
     )
     subregistry.append(handler)

@@ -170,3 +170,33 @@ def test_a_priority_that_is_not_a_number_is_a_usage_error(capsys: Any) -> None:
     assert code == 2
     captured = capsys.readouterr()
     assert "high" in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "flavor"),
+    [
+        (["run"], None, "auto"),
+        (["run", "--async-flavor", "asyncio"], None, "asyncio"),
+        (["run", "--async-flavor=trio"], None, "trio"),
+        (["run"], "asyncio", "asyncio"),
+        (["run", "--async-flavor", "trio"], "asyncio", "trio"),  # the command line wins
+    ],
+)
+def test_the_async_flavor_reaches_the_settings(
+    argv: list[str],
+    env: str | None,
+    flavor: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("TRIOPERATOR_ASYNC_FLAVOR", env)
+    operator = _operator_from(argv, tmp_path, monkeypatch)
+    assert operator.settings.execution.async_flavor == flavor
+
+
+def test_an_unknown_async_flavor_is_a_usage_error(capsys: Any) -> None:
+    code, _ = _run(["run", "--async-flavor", "curio", "x.py"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "curio" in captured.out + captured.err

@@ -29,6 +29,7 @@ from trioperator._engine.filters import (
     WhenFilterFn,
     parse_field,
 )
+from trioperator._engine.flavors import Flavor, check_flavor
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.reasons import Reason
 from trioperator._engine.selectors import Selector
@@ -98,6 +99,8 @@ class BaseHandler:
     timeout: float | None = None
     retries: int | None = None
     backoff: float | None = None
+    flavor: Flavor | None = None
+    """The library the (async) function is written for; ``None``: as the settings say."""
 
     def __str__(self) -> str:
         return f"Handler {self.id!r}"
@@ -417,6 +420,7 @@ def build_subhandler(
     value: ValueFilter = None,
     old: ValueFilter = None,
     new: ValueFilter = None,
+    flavor: Flavor | None = None,
     stacklevel: int = 1,
 ) -> ChangingHandler:
     """A sub-handler of a running resource-changing handler, with the id ``parent/child``.
@@ -450,6 +454,8 @@ def build_subhandler(
     return ChangingHandler(
         fn=fn,
         id=generate_id(fn, id=id, prefix=parent.id),
+        # Unless told otherwise, a sub-handler runs under the flavor its parent was told to.
+        flavor=check_flavor(flavor) if flavor is not None else parent.flavor,
         param=param,
         errors=errors,
         timeout=timeout,

@@ -188,6 +188,11 @@ class OperatorRegistry:
 
     # ------------------------------------------------------------------------------ plain lookups
 
+    def iter_all_handlers(self) -> Iterator[BaseHandler]:
+        """Every registered handler, of every kind."""
+        for handlers in self._handlers.values():
+            yield from handlers
+
     def get_handlers(self, kind: type[H], resource: Resource | None = None) -> Sequence[H]:
         """Handlers of a kind (a handler class, e.g. ``DaemonHandler``), in registration order.
 

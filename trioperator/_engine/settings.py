@@ -12,6 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from trioperator._client.settings import NetworkingSettings, WatchingSettings
+from trioperator._engine.flavors import FlavorSetting, check_flavor_setting
 
 if TYPE_CHECKING:
     from trioperator._engine.diffbase import DiffBaseStorage
@@ -138,7 +139,14 @@ class ExecutionSettings:
     executor: Any = None
     """Accepted for Kopf compatibility and ignored: sync handlers run in trio's threads."""
 
+    async_flavor: FlavorSetting = "auto"
+    """The library async handlers are written for: ``"trio"``, ``"asyncio"`` (run on an asyncio
+    loop on top of trio), or ``"auto"``: per handler, from what its module imports (see
+    ``trioperator._engine.flavors``). A handler's own ``flavor=`` option wins over this."""
+
     def __setattr__(self, name: str, value: object) -> None:
+        if name == "async_flavor":
+            check_flavor_setting(value)
         invalid = not isinstance(value, int) or isinstance(value, bool) or value < 1
         if name == "max_workers" and value is not None and invalid:
             raise ValueError("max_workers must be a positive integer or None.")

@@ -7,10 +7,11 @@ A daemon runs until it is told to stop. The framework raises one flag per daemon
 flags), and "sleep, but wake me up when it is set" (``stopped.wait(seconds)``).
 
 Sync daemons run in worker threads: their ``wait()`` blocks the thread on a ``threading.Event``.
-Async daemons run in the operator's trio run: their ``wait()`` must be awaited
-(``await stopped.wait(seconds)``); that variant is built by the runtime, which owns trio's side
-of the flag. Both are ``DaemonStopped``, so one type annotation fits sync and async daemons, and
-both ``stopped.wait(1)`` and ``await stopped.wait(1)`` type-check against it.
+Async daemons await their ``wait()`` (``await stopped.wait(seconds)``), from trio or, for
+asyncio-flavoured daemons, from the operator's asyncio loop; that variant is built by the
+runtime, which owns trio's side of the flag. Both are ``DaemonStopped``, so one type
+annotation fits sync and async daemons, and both ``stopped.wait(1)`` and
+``await stopped.wait(1)`` type-check against it.
 
 Nothing here does I/O. The flag is raised only from the operator's trio thread; threads only
 read it.

@@ -71,6 +71,7 @@ from trioperator._engine.stoppers import (
     SyncDaemonStopped,
 )
 from trioperator._runtime.applying import apply_patch
+from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.invocation import is_async_fn
 from trioperator._runtime.loggers import ObjectLogger
@@ -143,6 +144,9 @@ class _TimedWaiting(DaemonStopped):
         return self._origin.wait(timeout)
 
     def __await__(self) -> Generator[Any, None, DaemonStopped]:
+        if in_asyncio():
+            # An asyncio-flavoured daemon awaits it on the operator's asyncio loop.
+            return run_trio_from_asyncio(self._wait).__await__()
         return self._wait().__await__()
 
     async def _wait(self) -> DaemonStopped:

@@ -38,6 +38,7 @@ from trioperator._engine.ids import HandlerId
 from trioperator._engine.lifecycles import LifeCycleFn, get_default_lifecycle
 from trioperator._engine.progression import HandlerOutcome, HandlerState, State, deliver_results
 from trioperator._engine.registry import SubRegistry, collect_subhandlers
+from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.invocation import invoke, is_async_fn
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -275,10 +276,16 @@ async def _invoke_in_time(
     abandon = execution.abandon_threads
     if time_left is None or not is_async_fn(handler.fn):
         return await invoke(
-            handler.fn, kwargs=kwargs, limiter=execution.limiter, abandon_on_cancel=abandon
+            handler.fn,
+            kwargs=kwargs,
+            limiter=execution.limiter,
+            abandon_on_cancel=abandon,
+            flavor=handler.flavor,
         )
     with trio.move_on_after(max(time_left, 0)) as scope:
-        return await invoke(handler.fn, kwargs=kwargs, limiter=execution.limiter)
+        return await invoke(
+            handler.fn, kwargs=kwargs, limiter=execution.limiter, flavor=handler.flavor
+        )
     if scope.cancelled_caught:
         raise HandlerTimeoutError(
             f"Handler {handler.id!r} was cancelled after its timeout "
@@ -334,8 +341,13 @@ async def execute(
     """Run sub-handlers right here, inside the running handler; return when all are done.
 
     Until they are all done, the parent handler is retried (and calls this again); the
-    sub-handlers that already succeeded are not re-run.
+    sub-handlers that already succeeded are not re-run. Awaitable from asyncio-flavoured
+    handlers too: it then runs in trio on their behalf.
     """
+    if in_asyncio():
+        return await run_trio_from_asyncio(  # type: ignore[no-any-return]
+            execute, fns=fns, handlers=handlers, registry=registry, lifecycle=lifecycle
+        )
     try:
         invocation = _invocation_var.get()
     except LookupError:

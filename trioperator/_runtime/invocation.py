@@ -1,4 +1,10 @@
-"""Calling user functions: async ones in the operator's trio run, sync ones in worker threads.
+"""Calling user functions: async ones in the operator's trio run or on its asyncio loop, sync
+ones in worker threads.
+
+Every kind of user callable that may be async goes through ``invoke``: handlers of changes and
+events, daemons, timers, indexers, activities, sub-handlers, webhook handlers. An async one runs
+under its flavor (``_engine/flavors.py``): natively in trio, or as an asyncio task on the
+operator's asyncio loop (``asyncio_bridge.py``). Callers pass the handler's ``flavor=`` option.
 
 Sync functions run through ``trio.to_thread.run_sync`` under one ``CapacityLimiter`` per
 operator (``settings.execution.max_workers``). trio copies the context variables into the
@@ -10,22 +16,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
+
+from trioperator._engine.flavors import Flavor, is_async_callable
+from trioperator._runtime.asyncio_bridge import choose_handler_flavor, run_asyncio
 
 DEFAULT_THREAD_LIMIT = 40
 """trio's own default for threads; used when ``settings.execution.max_workers`` is None."""
 
 
-def is_async_fn(fn: Callable[..., Any]) -> bool:
-    """Whether calling ``fn`` gives an awaitable (partials and wrappers are looked through)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 -- callable objects with an async __call__
-    )
+is_async_fn = is_async_callable
 
 
 async def invoke(
@@ -34,23 +37,51 @@ async def invoke(
     kwargs: Mapping[str, Any],
     limiter: trio.CapacityLimiter | None = None,
     abandon_on_cancel: bool = False,
+    flavor: Flavor | None = None,
 ) -> Any:
     """Call ``fn(**kwargs)`` the way it wants to be called and return its result.
 
-    A sync ``fn`` runs in a worker thread. Cancellation waits for the thread to return, unless
-    ``abandon_on_cancel``: then the caller is cancelled at once and the thread runs on alone.
+    An async ``fn`` runs under ``flavor`` (the handler's option) or else the operator's setting
+    (``auto``: detected once per function). Under asyncio, a cancellation (a timeout, the
+    operator's exit) cancels its asyncio task. A sync ``fn`` runs in a worker thread.
+    Cancellation waits for the thread to return, unless ``abandon_on_cancel``: then the
+    caller is cancelled at once and the thread runs on alone.
     """
     if is_async_fn(fn):
+        if choose_handler_flavor(fn, flavor) == "asyncio":
+            return await run_asyncio(fn, kwargs)
         return await fn(**kwargs)
     result = await trio.to_thread.run_sync(
-        functools.partial(fn, **kwargs),
+        functools.partial(_call_sync, fn, kwargs),
         limiter=limiter,
         abandon_on_cancel=abandon_on_cancel,
     )
-    # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn).
-    if inspect.isawaitable(result):
-        return await result
+    # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn):
+    # it is awaited under the flavor of the function that made it.
+    if isinstance(result, _Returned):
+        if choose_handler_flavor(fn, flavor) == "asyncio":
+            return await run_asyncio(_await, {"awaitable": result.awaitable})
+        return await result.awaitable
     return result
+
+
+class _Returned:
+    """An awaitable returned by a sync function, carried out of its thread as it is (trio
+    refuses a thread's result that looks asynchronous)."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+def _call_sync(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    result = fn(**kwargs)
+    return _Returned(result) if inspect.isawaitable(result) else result
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 def make_limiter(max_workers: int | None) -> trio.CapacityLimiter:

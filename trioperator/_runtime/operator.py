@@ -2,10 +2,13 @@
 
 Task tree (every task belongs to exactly one nursery; nothing outlives ``Operator.main``)::
 
-    Operator.main                         guards nursery, in the exiting scope (see below)
-    ├── signals                           1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
-    ├── exiting limit                     stop_flag -> startup ended; ultimate exiting timeout
-    └── (main task)                       startup handlers, the root nursery, cleanup handlers
+    Operator.main                         asyncio loop + bridge nursery (asyncio_bridge.py),
+    │                                     only if asyncio-flavoured code is registered;
+    │                                     opened first, closed last
+    └── guards nursery, in the exiting scope (see below)
+        ├── signals                       1st SIGINT/SIGTERM: graceful stop; 2nd: cancel now
+        ├── exiting limit                 stop_flag -> startup ended; ultimate exiting timeout
+        └── (main task)                   startup handlers, the root nursery, cleanup handlers
 
     root nursery (of the main task, after the startup)
     ├── liveness (with -L)                on.probe results + the health of every watcher
@@ -70,7 +73,8 @@ from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
 from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth
 from trioperator._engine.errors import ActivityError, ErrorsMode
-from trioperator._engine.handlers import Activity, ActivityHandler
+from trioperator._engine.flavors import FlavorSetting
+from trioperator._engine.handlers import Activity, ActivityHandler, BaseHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.memos import Memo
 from trioperator._engine.peering import detect_own_id
@@ -78,6 +82,7 @@ from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
 from trioperator._runtime.admission import AdmissionServing, run_admission
+from trioperator._runtime.asyncio_bridge import run_with_asyncio
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
@@ -118,6 +123,7 @@ class Operator:
         priority: int | None = None,
         peering_name: str | None = None,
         identity: str | None = None,
+        async_flavor: FlavorSetting | None = None,
     ) -> None:
         self.registry = registry if registry is not None else get_default_registry()
         self.settings = settings if settings is not None else OperatorSettings()
@@ -136,6 +142,8 @@ class Operator:
             peering.standalone = standalone
         if priority is not None:
             peering.priority = priority
+        if async_flavor is not None:
+            self.settings.execution.async_flavor = async_flavor  # validated there
         self.identity = identity if identity is not None else detect_own_id()
         """This operator's key in the peering objects (``POD_ID``, else user@host/time/xyz)."""
         self.handle_signals = handle_signals
@@ -153,12 +161,40 @@ class Operator:
         self.context: OperatorContext | None = None
         """The running operator's shared state (for introspection and test kits)."""
         self.orchestration: Orchestration | None = None
+        self._exiting: _Exiting | None = None
 
     def stop(self) -> None:
         self.stop_flag.set()
 
     async def main(self) -> None:
-        """Run until stopped; raise if startup fails (before any watching starts)."""
+        """Run until stopped; raise if startup fails (before any watching starts).
+
+        The asyncio loop for asyncio-flavoured handlers, if any is registered, is opened
+        first and closed last: startup and cleanup handlers may be asyncio-flavoured too.
+        """
+        try:
+            await run_with_asyncio(
+                self._main,
+                settings=self.settings.execution,
+                handlers=self._all_handlers,
+            )
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+
+    def _all_handlers(self) -> list[BaseHandler]:
+        """What may run in this operator: the registry's handlers, or the fallback logins."""
+        handlers: list[BaseHandler] = list(self.registry.iter_all_handlers())
+        if not self.registry.get_activity_handlers(Activity.AUTHENTICATION):
+            handlers.extend(_fallback_login_handlers())
+        return handlers
+
+    def cancel_now(self) -> None:
+        """Cancel everything now, the cleanup too (as a second SIGINT/SIGTERM does)."""
+        self.stop_flag.set()
+        if self._exiting is not None:
+            self._exiting.cancel_now()
+
+    async def _main(self) -> None:
         settings = self.settings
         context = OperatorContext(
             api=None,  # type: ignore[arg-type]  # set below, once credentials exist
@@ -179,7 +215,7 @@ class Operator:
         # starts, and their threads) queue to this operator; the poster posts them once the API
         # is reachable (so even startup handlers may post).
         send_events, receive_events = open_poster_channel()
-        exiting = _Exiting()
+        exiting = self._exiting = _Exiting()
         with install_poster(send_events, settings=settings), exiting.scope:
             try:
                 async with trio.open_nursery() as guards:
