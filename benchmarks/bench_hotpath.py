@@ -64,7 +64,7 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.operator import Operator
 from trioperator._util.httpserver import Request
 from trioperator._wire.watch import LineSplitter
-from trioperator.cli import configure_logging
+from trioperator import configure as configure_logging
 from trioperator.testing import FakeAPI
 from trioperator.testing._fakestore import Change
 
