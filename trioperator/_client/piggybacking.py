@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -65,7 +66,9 @@ def login_via_client(
         log.debug("Client is configured in cluster with service account.")
     except kubernetes.config.ConfigException as in_cluster_exc:
         try:
-            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=_kubeconfig_env()
+            )
             log.debug("Client is configured via kubeconfig file.")
         except kubernetes.config.ConfigException as kubeconfig_exc:
             raise LoginError(
@@ -109,7 +112,7 @@ async def login_via_async_client(
             log.debug("Async client is configured in cluster with service account.")
         except kubernetes_asyncio.config.ConfigException as in_cluster_exc:
             try:
-                await kubernetes_asyncio.config.load_kube_config()
+                await kubernetes_asyncio.config.load_kube_config(config_file=_kubeconfig_env())
                 log.debug("Async client is configured via kubeconfig file.")
             except kubernetes_asyncio.config.ConfigException as kubeconfig_exc:
                 raise LoginError(
@@ -147,7 +150,7 @@ async def _run_asyncio(fn: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         return result
     # No asyncio loop in this trio run: a short-lived one in a worker thread does. Waiting for
     # the thread on cancellation is fine: loading a configuration takes moments.
-    import asyncio  # noqa: PLC0415 -- only this path needs it; `import trioperator` must not
+    import asyncio  # only this path needs it: `import trioperator` must not import asyncio
 
     return await trio.to_thread.run_sync(lambda: asyncio.run(fn()))
 
@@ -174,6 +177,12 @@ def _from_client_configuration(
         trust_env=_trust_env(settings),
         priority=priority,
     )
+
+
+def _kubeconfig_env() -> str:
+    # The libraries read $KUBECONFIG once, when imported; an operator that sets it later
+    # (or a test) expects the current value, as kubectl and pykube use.
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
 def _split_authorization(header: str | None) -> tuple[str | None, str | None]:
@@ -205,14 +214,15 @@ def login_via_pykube(
     try:
         config = pykube.KubeConfig.from_service_account()
         log.debug("Pykube is configured in cluster with service account.")
-    except FileNotFoundError:
+    except FileNotFoundError as in_cluster_exc:
         try:
             config = pykube.KubeConfig.from_file()
             log.debug("Pykube is configured via kubeconfig file.")
-        except (pykube.PyKubeError, FileNotFoundError) as exc:
+        except (pykube.PyKubeError, FileNotFoundError) as kubeconfig_exc:
             raise LoginError(
-                f"Cannot authenticate pykube neither in-cluster, nor via kubeconfig ({exc})."
-            ) from exc
+                f"Cannot authenticate pykube neither in-cluster ({in_cluster_exc}), "
+                f"nor via kubeconfig ({kubeconfig_exc})."
+            ) from kubeconfig_exc
 
     provider_token = None
     if config.user.get("auth-provider"):

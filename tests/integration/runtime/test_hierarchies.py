@@ -31,7 +31,6 @@ async def test_adopt_in_sync_and_async_handlers_finds_the_handled_object(
         children["daemon"] = child
         await stopped.wait()
 
-
     @kopf.on.startup(registry=registry)
     async def startup_fn(**_: Any) -> None:
         # No object is being handled: the owner must be given.

@@ -225,7 +225,7 @@ def test_outside_of_a_handler_the_owner_must_be_given() -> None:
 
 
 def test_unsupported_objects_are_refused_clearly() -> None:
-    with pytest.raises(TypeError, match="Unsupported Kubernetes object class: builtins.int"):
+    with pytest.raises(TypeError, match=r"Unsupported Kubernetes object class: builtins\.int"):
         kopf.label(123, {"a": "b"})
     with pytest.raises(TypeError, match="got a str"):
         kopf.label("pod-name", {"a": "b"})
