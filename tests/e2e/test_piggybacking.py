@@ -1,0 +1,111 @@
+"""Credentials from the client libraries, against the real kube-apiserver.
+
+Kopf operators rely on pykube-ng / kubernetes being installed to authenticate (no ``@on.login``
+handler of their own), and create their children through those libraries after ``adopt()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trioperator as kopf
+from trioperator._client.api import APIClient
+from trioperator._client.credentials import Vault
+from trioperator._client.resources import Resource
+from trioperator._client.settings import NetworkingSettings
+from trioperator._engine.settings import OperatorSettings
+
+from tests.e2e.conftest import Kubectl, framework_operator_file, start_trioperator
+
+NAMESPACES = Resource(group="", version="v1", plural="namespaces", kind="Namespace")
+
+
+@pytest.fixture
+def kubeconfig_env(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+
+
+async def _login(name: str) -> kopf.ConnectionInfo:
+    fn = getattr(kopf, name)
+    kwargs = {"logger": logging.getLogger("e2e"), "settings": OperatorSettings()}
+    if name == "login_via_async_client":
+        info = await fn(**kwargs)
+    else:
+        info = await trio.to_thread.run_sync(lambda: fn(**kwargs))
+    assert isinstance(info, kopf.ConnectionInfo)
+    return info
+
+
+@pytest.fixture(params=["login_via_client", "login_via_async_client", "login_via_pykube"])
+async def api(request: Any, kubeconfig_env: None) -> AsyncIterator[APIClient]:
+    info = await _login(request.param)
+    async with APIClient(Vault({request.param: info}), NetworkingSettings()) as client:
+        yield client
+
+
+async def test_library_credentials_work_for_api_calls(api: APIClient, namespace: str) -> None:
+    body = await api.get(NAMESPACES, name=namespace)
+    assert body["metadata"]["name"] == namespace
+
+
+OPERATOR = """
+{import_line}
+import pykube
+
+# No @kopf.on.login: the installed client libraries authenticate the operator.
+
+
+@kopf.on.create("kopfexamples")
+def create_fn(body, **_):
+    api = pykube.HTTPClient(pykube.KubeConfig.from_env())
+    child = {{"apiVersion": "v1", "kind": "ConfigMap", "data": {{"from": "{framework}"}}}}
+    kopf.adopt(child)
+    pykube.ConfigMap(api, child).create()
+    return {{"child": child["metadata"].get("generateName")}}
+"""
+
+
+def test_operator_without_login_handlers_uses_the_libraries_and_adopts_children(
+    tmp_path: Path, kubectl: Kubectl, example_crd: None, namespace: str, run_operator: Any
+) -> None:
+    path = framework_operator_file(tmp_path, OPERATOR, "trioperator")
+    process = start_trioperator(run_operator, "--namespace", namespace, path)
+    assert process.count(r"Handler 'login_via_pykube' succeeded") == 1
+    assert process.count(r"Handler 'login_via_client' succeeded") == 1
+    assert process.count(r"login_with_kubeconfig") == 0  # only when no library is installed
+
+    kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=(
+            "apiVersion: kopf.dev/v1\nkind: KopfExample\n"
+            "metadata: {name: parent, labels: {app: demo}}\nspec: {}\n"
+        ),
+    )
+    process.wait_for(r"Handler 'create_fn' succeeded")
+    parent = kubectl.get("kopfexample", "parent", "-n", namespace)
+    (child,) = kubectl.get("configmaps", "-n", namespace, "-l", "app=demo")["items"]
+
+    # What the API server stored: owned by the parent (for garbage collection), named after it.
+    assert child["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfExample",
+            "name": "parent",
+            "uid": parent["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert child["metadata"]["name"].startswith("parent-")
+    assert child["data"] == {"from": "trioperator"}
+    assert parent["status"]["create_fn"] == {"child": "parent-"}
