@@ -22,7 +22,6 @@ resource handler; outside of a handler (e.g. in a startup handler) they raise ``
 
 from __future__ import annotations
 
-import enum
 import importlib
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeAlias
@@ -46,12 +45,6 @@ K8sObject: TypeAlias = Any
 K8sObjects: TypeAlias = Any
 """One ``K8sObject`` or an iterable of them, nested to any depth."""
 
-
-class _Unset(enum.Enum):
-    token = enum.auto()
-
-
-_UNSET = _Unset.token
 
 # The model packages of the two official clients: {module prefix: package to take V1* from}.
 _MODEL_PACKAGES = {
@@ -113,7 +106,7 @@ def remove_owner_reference(objs: K8sObjects, owner: Any = None) -> None:
 
 def label(
     objs: K8sObjects,
-    labels: Mapping[str, str | None] | _Unset = _UNSET,
+    labels: Mapping[str, str | None] | None = None,
     *,
     forced: bool = False,
     nested: str | Iterable[FieldSpec] | None = None,
@@ -121,14 +114,88 @@ def label(
 ) -> None:
     """Put ``labels`` on every object; existing labels are kept unless ``forced``.
 
-    ``labels`` default to the labels of the running handler's object. ``nested`` names fields
-    holding more objects to label as well (e.g. ``'spec.template'`` for a deployment's pods);
-    those that are absent are skipped. ``force`` is Kopf's deprecated spelling of ``forced``.
+    ``labels`` omitted or ``None``: the labels of the running handler's object (an empty dict
+    labels nothing). ``nested`` names fields holding more objects to label as well (e.g.
+    ``'spec.template'`` for a deployment's pods); absent ones are skipped. ``force`` is Kopf's
+    deprecated spelling of ``forced``.
     """
     if force is not None:
         forced = force
-    if isinstance(labels, _Unset):
+    if labels is None:
         labels = _metadata_of(_current_body()).get("labels") or {}
+    _label(objs, labels, forced=forced, nested=nested)
+
+
+def harmonize_naming(
+    objs: K8sObjects,
+    name: str | None = None,
+    *,
+    forced: bool = False,
+    strict: bool = False,
+) -> None:
+    """Name the objects after ``name`` (omitted or ``None``: the running handler's object).
+
+    By default the name becomes a prefix, ``generateName: <name>-``, and the API server adds a
+    random suffix, so several children of one parent never clash (read the real name from the
+    API's response). With ``strict``, ``name`` is used exactly, as ``metadata.name``. Objects
+    that already have a name or a generateName keep it, unless ``forced``; the other of the two
+    fields is removed when one is set, so the result is never ambiguous.
+    """
+    if name is None:
+        name = _metadata_of(_current_body()).get("name")
+    _harmonize_naming(objs, name, forced=forced, strict=strict)
+
+
+def adjust_namespace(
+    objs: K8sObjects,
+    namespace: str | None = None,
+    *,
+    forced: bool = False,
+) -> None:
+    """Put the objects into ``namespace`` (omitted or ``None``: the running handler's one).
+
+    Objects that already have a namespace keep it, unless ``forced``.
+    """
+    if namespace is None:
+        namespace = _metadata_of(_current_body()).get("namespace")
+    _adjust_namespace(objs, namespace, forced=forced)
+
+
+def adopt(
+    objs: K8sObjects,
+    owner: Any = None,
+    *,
+    forced: bool = False,
+    strict: bool = False,
+    nested: str | Iterable[FieldSpec] | None = None,
+) -> None:
+    """Make the objects children of ``owner`` (by default, the running handler's object).
+
+    Owned by it, named after it (see ``harmonize_naming`` for ``strict``), in its namespace
+    (if it has one), with its labels (also on ``nested`` objects); ``forced`` overrides what
+    the children already have.
+    """
+    owner_body = _owner_body(owner)
+    metadata = _metadata_of(owner_body)
+    # Flatten once: a generator given by the caller must reach all four steps.
+    children = list(_objects(objs))
+    append_owner_reference(children, owner=owner_body)
+    _harmonize_naming(children, metadata.get("name"), forced=forced, strict=strict)
+    _adjust_namespace(children, metadata.get("namespace"), forced=forced)
+    _label(children, metadata.get("labels") or {}, forced=forced, nested=nested)
+
+
+# The steps with every value resolved: ``adopt`` passes its owner's values, which must not fall
+# back to the running handler's object when they are absent (e.g. a cluster-scoped owner).
+
+
+def _label(
+    objs: K8sObjects,
+    labels: Mapping[str, str | None],
+    *,
+    forced: bool,
+    nested: str | Iterable[FieldSpec] | None,
+) -> None:
     nested_fields: list[FieldSpec] = [nested] if isinstance(nested, str) else list(nested or [])
     for obj in _objects(objs, nested=nested_fields):
         existing: MutableMapping[str, Any]
@@ -147,23 +214,7 @@ def label(
                 existing[key] = value
 
 
-def harmonize_naming(
-    objs: K8sObjects,
-    name: str | _Unset | None = _UNSET,
-    *,
-    forced: bool = False,
-    strict: bool = False,
-) -> None:
-    """Name the objects after ``name`` (by default, the running handler's object).
-
-    By default the name becomes a prefix, ``generateName: <name>-``, and the API server adds a
-    random suffix, so several children of one parent never clash (read the real name from the
-    API's response). With ``strict``, ``name`` is used exactly, as ``metadata.name``. Objects
-    that already have a name or a generateName keep it, unless ``forced``; the other of the two
-    fields is removed when one is set, so the result is never ambiguous.
-    """
-    if isinstance(name, _Unset):
-        name = _metadata_of(_current_body()).get("name")
+def _harmonize_naming(objs: K8sObjects, name: str | None, *, forced: bool, strict: bool) -> None:
     if name is None:
         raise LookupError("The name must be given explicitly: the owner has none.")
     for obj in _objects(objs):
@@ -186,52 +237,19 @@ def harmonize_naming(
                     meta.name, meta.generate_name = None, f"{name}-"
 
 
-def adjust_namespace(
-    objs: K8sObjects,
-    namespace: str | _Unset | None = _UNSET,
-    *,
-    forced: bool = False,
-) -> None:
-    """Put the objects into ``namespace`` (by default, the running handler object's one).
-
-    Objects that already have a namespace keep it, unless ``forced``. For a cluster-scoped
-    owner, the default namespace is ``None``: nothing changes unless ``forced``.
-    """
-    if isinstance(namespace, _Unset):
-        namespace = _metadata_of(_current_body()).get("namespace")
+def _adjust_namespace(objs: K8sObjects, namespace: str | None, *, forced: bool) -> None:
     for obj in _objects(objs):
         if isinstance(obj, MutableMapping):
             metadata = obj.setdefault("metadata", {})
             if forced or metadata.get("namespace") is None:
-                metadata["namespace"] = namespace
+                if namespace is not None:
+                    metadata["namespace"] = namespace
+                else:
+                    metadata.pop("namespace", None)  # a cluster-scoped owner: none to inherit
         else:
             meta = _model_metadata(obj)
             if forced or meta.namespace is None:
                 meta.namespace = namespace
-
-
-def adopt(
-    objs: K8sObjects,
-    owner: Any = None,
-    *,
-    forced: bool = False,
-    strict: bool = False,
-    nested: str | Iterable[FieldSpec] | None = None,
-) -> None:
-    """Make the objects children of ``owner`` (by default, the running handler's object).
-
-    Owned by it, named after it (see ``harmonize_naming`` for ``strict``), in its namespace,
-    with its labels (also on ``nested`` objects); ``forced`` overrides what the children
-    already have.
-    """
-    owner_body = _owner_body(owner)
-    metadata = _metadata_of(owner_body)
-    # Flatten once: a generator given by the caller must reach all four steps.
-    children = list(_objects(objs))
-    append_owner_reference(children, owner=owner_body)
-    harmonize_naming(children, name=metadata.get("name"), forced=forced, strict=strict)
-    adjust_namespace(children, namespace=metadata.get("namespace"), forced=forced)
-    label(children, labels=metadata.get("labels") or {}, forced=forced, nested=nested)
 
 
 # ------------------------------------------------------------------------------ objects

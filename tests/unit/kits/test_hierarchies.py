@@ -235,7 +235,34 @@ def test_unsupported_objects_are_refused_clearly() -> None:
 
 def test_a_name_is_required_for_naming() -> None:
     with pytest.raises(LookupError, match="name must be given"):
-        kopf.harmonize_naming({}, None)
+        kopf.adopt({}, owner={"metadata": {"uid": "u"}})
+
+
+def test_none_means_the_running_handlers_values(in_handler: Any) -> None:
+    child: dict[str, Any] = {}
+    kopf.label(child, None)
+    kopf.harmonize_naming(child, None, strict=True)
+    kopf.adjust_namespace(child, None)
+    assert child["metadata"] == {
+        "labels": {"app": "demo", "tier": "db"},
+        "name": "owner",
+        "namespace": "owner-ns",
+    }
+
+
+def test_an_empty_dict_of_labels_labels_nothing(in_handler: Any) -> None:
+    child: dict[str, Any] = {}
+    kopf.label(child, {})
+    assert child["metadata"]["labels"] == {}
+
+
+def test_adopting_by_a_cluster_scoped_owner_sets_no_namespace(in_handler: Any) -> None:
+    owner = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u9"}}
+    child: dict[str, Any] = {}
+    kopf.adopt(child, owner=owner)  # not the running handler's namespace: the owner's (none)
+    assert "namespace" not in child["metadata"]
+    assert child["metadata"]["generateName"] == "n1-"
+    assert child["metadata"]["labels"] == {}
 
 
 # ------------------------------------------------------------------------------ libraries
