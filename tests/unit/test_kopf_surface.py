@@ -10,6 +10,7 @@ its ``__all__``; they are here too).
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -102,3 +103,22 @@ def test_lifecycles_module_has_kopfs_lifecycles() -> None:
         assert callable(getattr(lifecycles, name))
     assert lifecycles.get_default_lifecycle is trioperator.get_default_lifecycle
     assert lifecycles.set_default_lifecycle is trioperator.set_default_lifecycle
+
+
+# Kopf 1.45's ConnectionInfo fields and defaults (all keyword-only), as data.
+KOPF_CONNECTION_INFO_FIELDS = {
+    "server": dataclasses.MISSING, "priority": 0, "default_namespace": None, "expiration": None,
+    "ca_path": None, "ca_data": None, "insecure": None, "username": None, "password": None,
+    "scheme": None, "token": None, "certificate_path": None, "certificate_data": None,
+    "private_key_path": None, "private_key_data": None, "proxy_url": None, "trust_env": False,
+}  # fmt: skip
+
+
+def test_connection_info_has_kopfs_fields_and_defaults() -> None:
+    fields = {field.name: field for field in dataclasses.fields(trioperator.ConnectionInfo)}
+    for name, default in KOPF_CONNECTION_INFO_FIELDS.items():
+        assert name in fields, name
+        assert fields[name].default == default, name
+        assert fields[name].kw_only, name
+    for method in ("as_http_headers", "as_ssl_context", "as_aiohttp_basic_auth"):
+        assert callable(getattr(trioperator.ConnectionInfo, method))
