@@ -7,6 +7,7 @@ handler of their own), and create their children through those libraries after `
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,66 @@ def test_operator_without_login_handlers_uses_the_libraries_and_adopts_children(
     assert child["metadata"]["name"].startswith("parent-")
     assert child["data"] == {"from": "trioperator"}
     assert parent["status"]["create_fn"] == {"child": "parent-"}
+
+
+SIMPLE = """
+{import_line}
+
+
+@kopf.on.create("kopfexamples")
+def create_fn(**_):
+    return {{"by": "{framework}"}}
+"""
+
+# `python -c` that hides the given libraries from the operator, then runs the CLI.
+HIDING = (
+    "import sys\n"
+    "for name in sys.argv.pop(1).split(','):\n"
+    "    sys.modules[name] = None  # `import name` fails, as if it was not installed\n"
+    "from trioperator.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("hidden", "used", "unused"),
+    [
+        ("pykube,kubernetes", ["login_via_async_client"], ["login_via_client", "login_via_pykube"]),
+        (
+            "pykube,kubernetes,kubernetes_asyncio",
+            ["login_with_kubeconfig"],
+            ["login_via_client", "login_via_async_client", "login_via_pykube"],
+        ),
+    ],
+)
+def test_fallbacks_follow_the_installed_libraries(
+    hidden: str,
+    used: list[str],
+    unused: list[str],
+    tmp_path: Path,
+    kubectl: Kubectl,
+    example_crd: None,
+    namespace: str,
+    run_operator: Any,
+) -> None:
+    path = framework_operator_file(tmp_path, SIMPLE, "trioperator")
+    command = [sys.executable, "-c", HIDING, hidden, "run", "--verbose"]
+    process = run_operator("--namespace", namespace, path, command=command)
+    process.wait_for("The operator is ready")
+    for name in used:
+        assert process.count(f"Handler '{name}' succeeded") == 1
+    for name in unused:
+        assert process.count(name) == 0
+
+    kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input="apiVersion: kopf.dev/v1\nkind: KopfExample\nmetadata: {name: kex}\nspec: {}\n",
+    )
+    process.wait_for(r"Handler 'create_fn' succeeded")
+    assert kubectl.get("kopfexample", "kex", "-n", namespace)["status"]["create_fn"] == {
+        "by": "trioperator"
+    }
