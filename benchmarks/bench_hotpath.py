@@ -52,6 +52,7 @@ from urllib.parse import urlencode
 
 import trio
 import trio.testing
+from trioperator import configure as configure_logging
 from trioperator import on
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
@@ -64,7 +65,6 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.operator import Operator
 from trioperator._util.httpserver import Request
 from trioperator._wire.watch import LineSplitter
-from trioperator.cli import configure_logging
 from trioperator.testing import FakeAPI
 from trioperator.testing._fakestore import Change
 

@@ -3,12 +3,17 @@
 This is the curated public surface; everything under ``trioperator._*`` is internal.
 """
 
+from trioperator import lifecycles as lifecycles
 from trioperator import on as on
 from trioperator._client.config import login_with_kubeconfig as login_with_kubeconfig
 from trioperator._client.config import login_with_service_account as login_with_service_account
+from trioperator._client.credentials import AiohttpSession as AiohttpSession
 from trioperator._client.credentials import ConnectionInfo as ConnectionInfo
 from trioperator._client.credentials import LoginError as LoginError
 from trioperator._client.credentials import Vault as Vault
+from trioperator._client.piggybacking import login_via_async_client as login_via_async_client
+from trioperator._client.piggybacking import login_via_client as login_via_client
+from trioperator._client.piggybacking import login_via_pykube as login_via_pykube
 from trioperator._client.resources import Resource as Resource
 from trioperator._engine.bodies import Annotations as Annotations
 from trioperator._engine.bodies import Body as Body
@@ -16,6 +21,7 @@ from trioperator._engine.bodies import Labels as Labels
 from trioperator._engine.bodies import Meta as Meta
 from trioperator._engine.bodies import RawBody as RawBody
 from trioperator._engine.bodies import RawEvent as RawEvent
+from trioperator._engine.bodies import RawEventType as RawEventType
 from trioperator._engine.bodies import Spec as Spec
 from trioperator._engine.bodies import Status as Status
 from trioperator._engine.diffbase import AnnotationsDiffBaseStorage as AnnotationsDiffBaseStorage
@@ -48,6 +54,7 @@ from trioperator._engine.lifecycles import get_default_lifecycle as get_default_
 from trioperator._engine.lifecycles import set_default_lifecycle as set_default_lifecycle
 from trioperator._engine.memos import Memo as Memo
 from trioperator._engine.patches import Patch as Patch
+from trioperator._engine.patches import PatchFn as PatchFn
 from trioperator._engine.progress import AnnotationsProgressStorage as AnnotationsProgressStorage
 from trioperator._engine.progress import MultiProgressStorage as MultiProgressStorage
 from trioperator._engine.progress import ProgressRecord as ProgressRecord
@@ -55,6 +62,10 @@ from trioperator._engine.progress import ProgressStorage as ProgressStorage
 from trioperator._engine.progress import SmartProgressStorage as SmartProgressStorage
 from trioperator._engine.progress import StatusProgressStorage as StatusProgressStorage
 from trioperator._engine.reasons import Reason as Reason
+from trioperator._engine.references import ObjectReference as ObjectReference
+from trioperator._engine.references import OwnerReference as OwnerReference
+from trioperator._engine.references import build_object_reference as build_object_reference
+from trioperator._engine.references import build_owner_reference as build_owner_reference
 from trioperator._engine.registry import OperatorRegistry as OperatorRegistry
 from trioperator._engine.registry import get_default_registry as get_default_registry
 from trioperator._engine.registry import set_default_registry as set_default_registry
@@ -80,12 +91,23 @@ from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeS
 from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
 from trioperator._kits.webhooks import WebhookServer as WebhookServer
 from trioperator._kits.webhooks import WebhookServiceServer as WebhookServiceServer
+from trioperator._kits.hierarchies import adjust_namespace as adjust_namespace
+from trioperator._kits.hierarchies import adopt as adopt
+from trioperator._kits.hierarchies import append_owner_reference as append_owner_reference
+from trioperator._kits.hierarchies import harmonize_naming as harmonize_naming
+from trioperator._kits.hierarchies import label as label
+from trioperator._kits.hierarchies import remove_owner_reference as remove_owner_reference
 from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
 from trioperator._runtime.embedding import run_tasks as run_tasks
 from trioperator._runtime.embedding import spawn_tasks as spawn_tasks
 from trioperator._runtime.execution import execute as execute
+from trioperator._runtime.loggers import LocalObjectLogger as LocalObjectLogger
+from trioperator._runtime.loggers import Logger as Logger
+from trioperator._runtime.loggers import ObjectLogger as ObjectLogger
+from trioperator._runtime.logsetup import LogFormat as LogFormat
+from trioperator._runtime.logsetup import configure as configure
 from trioperator._runtime.operator import Operator as Operator
 from trioperator._runtime.posting import event as event
 from trioperator._runtime.posting import exception as exception
@@ -102,6 +124,7 @@ __all__ = [
     "ABSENT",
     "ActivityError",
     "AdmissionError",
+    "AiohttpSession",
     "Annotations",
     "AnnotationsDiffBaseStorage",
     "AnnotationsProgressStorage",
@@ -125,23 +148,31 @@ __all__ = [
     "Headers",
     "Index",
     "Labels",
+    "LocalObjectLogger",
+    "LogFormat",
+    "Logger",
     "LoginError",
     "Memo",
     "Meta",
     "MissingDependencyError",
     "MultiDiffBaseStorage",
     "MultiProgressStorage",
+    "ObjectLogger",
+    "ObjectReference",
     "Operation",
     "Operator",
     "OperatorRegistry",
     "OperatorSettings",
+    "OwnerReference",
     "PRESENT",
     "Patch",
+    "PatchFn",
     "PermanentError",
     "ProgressRecord",
     "ProgressStorage",
     "RawBody",
     "RawEvent",
+    "RawEventType",
     "Reason",
     "Resource",
     "SSLPeer",
@@ -168,16 +199,28 @@ __all__ = [
     "WebhookServerProtocol",
     "WebhookServiceServer",
     "__version__",
+    "adjust_namespace",
+    "adopt",
     "all_",
     "any_",
+    "append_owner_reference",
+    "build_object_reference",
+    "build_owner_reference",
+    "configure",
     "daemon",
     "event",
     "exception",
     "execute",
     "get_default_lifecycle",
     "get_default_registry",
+    "harmonize_naming",
     "index",
     "info",
+    "label",
+    "lifecycles",
+    "login_via_async_client",
+    "login_via_client",
+    "login_via_pykube",
     "login_with_kubeconfig",
     "login_with_service_account",
     "none_",
@@ -185,6 +228,7 @@ __all__ = [
     "on",
     "operator",
     "register",
+    "remove_owner_reference",
     "run",
     "run_tasks",
     "set_default_lifecycle",

@@ -11,13 +11,12 @@ import contextvars
 import dataclasses
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import cyclopts
 import trio
@@ -33,7 +32,7 @@ from trioperator._engine.registry import (
     set_default_registry,
 )
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
+from trioperator._runtime.logsetup import configure
 from trioperator._runtime.operator import Operator
 from trioperator._runtime.probing import parse_endpoint
 from trioperator._version import __version__
@@ -160,7 +159,7 @@ def run(
             parse_endpoint(liveness)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    configure_logging(
+    configure(
         verbose=verbose,
         debug=debug,
         quiet=quiet,
@@ -232,76 +231,6 @@ def load(paths: list[str], modules: list[str], *, registry: OperatorRegistry) ->
             raise
     if not len(registry):
         raise UsageError("No handlers were registered by the given files and modules.")
-
-
-class _JsonFormatter(logging.Formatter):
-    def __init__(self, refkey: str, prefix: bool) -> None:
-        super().__init__()
-        self.refkey = refkey
-        self.prefix = prefix
-
-    def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "message": _message(record, self.prefix),
-            "timestamp": self.formatTime(record),
-            "severity": record.levelname.lower(),
-            "logger": record.name,
-        }
-        ref = getattr(record, "k8s_ref", None)
-        if ref:
-            payload[self.refkey] = ref
-        if record.exc_info:
-            payload["exc_info"] = self.formatException(record.exc_info)
-        return json.dumps(payload, default=str)
-
-
-class _TextFormatter(logging.Formatter):
-    def __init__(self, fmt: str, prefix: bool) -> None:
-        super().__init__(fmt)
-        self.prefix = prefix
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = _message(record, self.prefix)
-        return super().formatMessage(record)
-
-
-def _message(record: logging.LogRecord, prefix: bool) -> str:
-    message = record.getMessage()
-    marker = getattr(record, "k8s_prefix", None)
-    if marker and not prefix and message.startswith(f"{marker} "):
-        return message[len(marker) + 1 :]
-    return message
-
-
-def configure_logging(
-    *,
-    verbose: bool = False,
-    debug: bool = False,
-    quiet: bool = False,
-    log_format: LogFormat = "full",
-    log_prefix: bool | None = None,
-    log_refkey: str = "object",
-) -> None:
-    level = logging.DEBUG if (verbose or debug) else logging.WARNING if quiet else logging.INFO
-    prefix = log_prefix if log_prefix is not None else log_format != "json"
-    handler = logging.StreamHandler()
-    if log_format == "json":
-        handler.setFormatter(_JsonFormatter(log_refkey, prefix))
-    elif log_format == "plain":
-        handler.setFormatter(_TextFormatter("%(message)s", prefix))
-    else:
-        handler.setFormatter(
-            _TextFormatter("[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s", prefix)
-        )
-    root = logging.getLogger()
-    for existing in list(root.handlers):
-        root.removeHandler(existing)
-    root.addHandler(handler)
-    root.setLevel(level)
-    logging.getLogger(OBJECTS_LOGGER_NAME).setLevel(level)
-    # The HTTP library logs every request at INFO; only --debug wants that.
-    for name in ("httpx2", "httpcore2", "httpx", "httpcore", "hpack"):
-        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
 def main(argv: list[str] | None = None, *, controls: CLIControls | None = None) -> int:

@@ -38,9 +38,13 @@ every wait is an ordinary cancellable trio wait.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import datetime
 import os
+import ssl
+import warnings
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import NewType
 
@@ -105,7 +109,9 @@ class ConnectionInfo:
         for name in ("ca_data", "certificate_data", "private_key_data"):
             data: object = getattr(self, name)
             if isinstance(data, str):
-                object.__setattr__(self, name, data.encode("utf-8"))
+                data = data.encode("utf-8")
+            if isinstance(data, bytes):
+                object.__setattr__(self, name, _pem_from_base64(data))
         for name in ("ca_path", "certificate_path", "private_key_path"):
             path: object = getattr(self, name)
             if isinstance(path, os.PathLike):
@@ -136,7 +142,10 @@ class ConnectionInfo:
         return self.expiration is not None and self.expiration <= now
 
     def as_http_headers(self) -> dict[str, str]:
-        """The ``Authorization`` header for a token and/or scheme (basic auth is not included)."""
+        """The ``Authorization`` header: basic auth, else the token and/or scheme (as Kopf)."""
+        if self.username and self.password:
+            pair = f"{self.username}:{self.password}".encode()
+            return {"Authorization": f"Basic {base64.b64encode(pair).decode('ascii')}"}
         if self.scheme and self.token:
             return {"Authorization": f"{self.scheme} {self.token}"}
         if self.scheme:
@@ -144,6 +153,62 @@ class ConnectionInfo:
         if self.token:
             return {"Authorization": f"Bearer {self.token}"}
         return {}
+
+    def as_ssl_context(self) -> ssl.SSLContext:
+        """The TLS context for these credentials: the CA, the client certificate, ``insecure``.
+
+        Inline certificate and key data are written to private temporary files for the moment
+        of loading (Python's ``ssl`` reads them from files only) and removed right after.
+        """
+        from trioperator._client.tls import build_ssl_context
+
+        return build_ssl_context(self)
+
+    def as_aiohttp_basic_auth(self) -> None:
+        """Kopf's deprecated helper; the basic auth comes from ``as_http_headers()``."""
+        warnings.warn(
+            "as_aiohttp_basic_auth() is deprecated: the basic auth comes from as_http_headers().",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AiohttpSession:
+    """Kopf's way to hand it a ready-made ``aiohttp`` session; trioperator cannot use one.
+
+    trioperator does not talk HTTP through aiohttp (nor through asyncio at all), so such a
+    session could never be used. Kopf documents that returning this class fails loudly when
+    the HTTP library changes; here it fails when it is made, with what to do instead.
+    """
+
+    aiohttp_session: object
+    server: str
+    priority: int = 0
+    default_namespace: str | None = None
+    expiration: datetime.datetime | None = None
+
+    def __post_init__(self) -> None:
+        raise TypeError(
+            "trioperator does not use aiohttp, so it cannot use a custom aiohttp session. "
+            "Return a ConnectionInfo from the login handler instead (its token, scheme, "
+            "certificates, proxy_url and trust_env cover what the session would configure)."
+        )
+
+
+def _pem_from_base64(data: bytes) -> bytes:
+    """The PEM inside base64 text (as in kubeconfigs' ``*-data``), or ``data`` unchanged.
+
+    Kopf accepts both PEM and base64-encoded PEM in the ``*_data`` fields; only base64 that
+    decodes to PEM is decoded, so PEM and DER are never misread.
+    """
+    if data.lstrip().startswith(b"-----BEGIN"):
+        return data
+    try:
+        decoded = base64.b64decode(b"".join(data.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return data
+    return decoded if decoded.lstrip().startswith(b"-----BEGIN") else data
 
 
 def utcnow() -> datetime.datetime:

@@ -25,10 +25,8 @@ import base64
 import contextlib
 import logging
 import math
-import os
 import ssl
-import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -38,6 +36,7 @@ import trio
 from trioperator._client.credentials import ConnectionInfo
 from trioperator._client.errors import APIConnectionError, APITimeoutError
 from trioperator._client.h11_transport import Origin, TransportPool
+from trioperator._client.tls import build_ssl_context
 from trioperator._version import __version__
 from trioperator._wire.watch import LineSplitter
 
@@ -243,50 +242,6 @@ def _target(path: str, params: Params) -> str:
     if params:
         return f"{path}?{httpx.QueryParams(dict(params))}"
     return path
-
-
-@contextlib.contextmanager
-def _temporary_file(data: bytes) -> Iterator[str]:
-    """A private (0600) file holding ``data``, removed as soon as the block ends."""
-    fd, path = tempfile.mkstemp(prefix="trioperator-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        yield path
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
-    """The TLS context for a connection: cluster CA, client certificate, verification mode.
-
-    With a cluster CA given, only that CA is trusted (as kubectl does); without one, the
-    system's trust store is used.
-    """
-    cadata: str | bytes | None = None
-    if info.ca_data:
-        # PEM is text; anything else is taken as DER, which ``cadata`` accepts as bytes.
-        cadata = info.ca_data.decode("ascii") if b"-----BEGIN" in info.ca_data else info.ca_data
-    context = ssl.create_default_context(
-        ssl.Purpose.SERVER_AUTH,
-        cafile=info.ca_path or None,
-        cadata=cadata,
-    )
-    if info.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-
-    with contextlib.ExitStack() as stack:
-        cert_path = info.certificate_path
-        key_path = info.private_key_path
-        if info.certificate_data:
-            cert_path = stack.enter_context(_temporary_file(info.certificate_data))
-        if info.private_key_data:
-            key_path = stack.enter_context(_temporary_file(info.private_key_data))
-        if cert_path:
-            context.load_cert_chain(cert_path, key_path or None)
-    return context
 
 
 def _auth_header(info: ConnectionInfo) -> str | None:

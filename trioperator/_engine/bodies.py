@@ -14,6 +14,11 @@ RawBody = dict[str, Any]
 """A Kubernetes object as decoded from JSON."""
 
 
+RawEventType = Literal[None, "ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+"""The ``type`` of a watch event as Kopf declares it (``None`` for objects from a listing).
+Bookmarks never reach handlers: the watcher consumes them."""
+
+
 class RawEvent(TypedDict):
     """A watch event: ``type`` is ADDED/MODIFIED/DELETED, or ``None`` for objects from a listing."""
 

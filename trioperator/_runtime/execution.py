@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from trioperator._engine.causes import BaseCause, ChangingCause
+from trioperator._engine.causes import BaseCause, ChangingCause, ResourceCause
 from trioperator._engine.diffs import reduce, resolve
 from trioperator._engine.errors import (
     ErrorsMode,
@@ -75,6 +75,14 @@ class _Invocation:
 _invocation_var: contextvars.ContextVar[_Invocation] = contextvars.ContextVar(
     "trioperator.invocation"
 )
+
+handler_body: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "trioperator.handler_body", default=None
+)
+"""The body of the object whose handler (changing, event, daemon, timer, index) runs now.
+
+The hierarchies kit reads it so that ``adopt(child)`` finds its owner without being told, as
+in Kopf. trio copies the context into worker threads, so sync handlers see it too."""
 
 
 async def run_handlers(
@@ -167,6 +175,7 @@ async def run_handler_once(
     kwargs = handler_kwargs(handler, cause=cause, handler_state=handler_state, now=now)
     subrefs: set[HandlerId] = set()
     logger.debug(f"{name} is invoked.")
+    body_token = handler_body.set(cause.body if isinstance(cause, ResourceCause) else None)
     try:
         result = await _invoke_with_subhandlers(
             handler,
@@ -208,6 +217,8 @@ async def run_handler_once(
             runtime=runtime,
             logger=logger,
         )
+    finally:
+        handler_body.reset(body_token)
     logger.info(f"{name} succeeded.")
     return HandlerOutcome(final=True, result=result, subrefs=frozenset(subrefs))
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, TypeAlias
+
+Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[Any]
+"""What handlers get as ``logger`` and what the framework's functions accept (Kopf's alias)."""
 
 OBJECTS_LOGGER_NAME = "trioperator.objects"
 _OBJECTS_LOGGER = logging.getLogger(OBJECTS_LOGGER_NAME)  # one lookup (and lock), not per object
@@ -17,7 +20,15 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
     the object without parsing the message.
     """
 
-    def __init__(self, body: Mapping[str, Any], *, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        body: Mapping[str, Any],
+        *,
+        settings: Any = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        # ``settings`` is accepted for Kopf's signature ``ObjectLogger(body=..., settings=...)``;
+        # what gets posted as k8s events is decided by the poster, which has the settings.
         metadata = body.get("metadata") or {}
         namespace = metadata.get("namespace")
         name = metadata.get("name")
@@ -39,3 +50,18 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         extra.setdefault("k8s_prefix", self.prefix)
         kwargs["extra"] = extra
         return f"{self.prefix} {msg}", kwargs
+
+
+class LocalObjectLogger(ObjectLogger):
+    """An ``ObjectLogger`` whose messages are never posted as Kubernetes events.
+
+    For chatty places (e.g. event-watching handlers): the lines still go to the log with the
+    object's prefix and reference, but do not flood the cluster with events.
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        msg, kwargs = super().process(msg, kwargs)
+        kwargs["extra"]["k8s_skip"] = True
+        return msg, kwargs

@@ -68,8 +68,8 @@ from typing import Any
 import trio
 
 from trioperator._client.api import APIClient
-from trioperator._client.config import login_with_kubeconfig, login_with_service_account
 from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
+from trioperator._client.piggybacking import fallback_login_functions
 from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth
 from trioperator._engine.errors import ActivityError, ErrorsMode
@@ -435,6 +435,7 @@ class Operator:
 
 
 def _fallback_login_handlers() -> list[ActivityHandler]:
+    # Kopf's piggybacking: the client libraries that are installed, else our own readers.
     return [
         ActivityHandler(
             fn=fn,
@@ -442,7 +443,7 @@ def _fallback_login_handlers() -> list[ActivityHandler]:
             activity=Activity.AUTHENTICATION,
             errors=ErrorsMode.IGNORED,
         )
-        for fn in (login_with_service_account, login_with_kubeconfig)
+        for fn in fallback_login_functions()
     ]
 
 

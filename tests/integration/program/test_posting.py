@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 from trioperator._runtime.invocation import invoke, make_limiter
-from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.loggers import LocalObjectLogger, ObjectLogger
 from trioperator._runtime.posting import (
     PostingUnavailableError,
     event,
@@ -365,6 +365,7 @@ async def test_object_log_records_become_events_when_enabled(
         logger.error("Error line.")
         logger.critical("Critical line.")
         logger.info("Skipped line.", extra={"k8s_skip": True})
+        LocalObjectLogger(BODY).error("Never posted: a local logger.")
         logging.getLogger("trioperator.other").error("Not about an object.")
         await trio.to_thread.run_sync(logger.info, "Thread line.")
         info(BODY, reason="Marker")

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
 import pathlib
+import ssl
 
 import pytest
 import trio
 import trio.testing
+import trustme
 from trio.testing import MockClock
-from trioperator._client.credentials import ConnectionInfo, LoginError, Vault, VaultKey
+from trioperator._client.credentials import (
+    AiohttpSession,
+    ConnectionInfo,
+    LoginError,
+    Vault,
+    VaultKey,
+)
 
 UTC = datetime.UTC
 T0 = datetime.datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -462,3 +471,50 @@ async def test_close_fails_waiters_but_keeps_current_items(autojump_clock: MockC
     closed_with_items = Vault({"a": info("a")})
     closed_with_items.close()
     assert await closed_with_items.select() == (VaultKey("a"), info("a"))
+
+
+# ------------------------------------------------------------------ Kopf's helpers and fields
+
+
+def test_connection_info_basic_auth_header_comes_first() -> None:
+    creds = ConnectionInfo(server="s", username="me", password="secret", token="t")
+    assert creds.as_http_headers() == {"Authorization": "Basic bWU6c2VjcmV0"}
+
+
+def test_base64_data_as_in_kubeconfigs_is_decoded_to_pem() -> None:
+    pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    encoded = base64.b64encode(pem)
+    assert ConnectionInfo(server="s", ca_data=encoded.decode()).ca_data == pem
+    assert ConnectionInfo(server="s", certificate_data=encoded).certificate_data == pem
+    assert ConnectionInfo(server="s", private_key_data=pem.decode()).private_key_data == pem
+    der = b"\x30\x82\x01\x0a"  # DER stays as it is
+    assert ConnectionInfo(server="s", ca_data=der).ca_data == der
+
+
+def test_connection_info_as_ssl_context() -> None:
+    ca = trustme.CA()
+    client = ca.issue_cert("client@example")
+    creds = ConnectionInfo(
+        server="https://k8s",
+        ca_data=ca.cert_pem.bytes(),
+        certificate_data=client.cert_chain_pems[0].bytes(),
+        private_key_data=client.private_key_pem.bytes(),
+    )
+    context = creds.as_ssl_context()
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert len(context.get_ca_certs()) == 1
+
+    insecure = dataclasses.replace(creds, insecure=True).as_ssl_context()
+    assert insecure.verify_mode == ssl.CERT_NONE
+    assert not insecure.check_hostname
+
+
+def test_kopfs_deprecated_aiohttp_basic_auth_warns() -> None:
+    with pytest.warns(DeprecationWarning, match="as_http_headers"):
+        assert ConnectionInfo(server="s").as_aiohttp_basic_auth() is None  # type: ignore[func-returns-value]
+
+
+def test_aiohttp_sessions_are_refused_with_what_to_do_instead() -> None:
+    with pytest.raises(TypeError, match="Return a ConnectionInfo"):
+        AiohttpSession(aiohttp_session=object(), server="https://k8s")

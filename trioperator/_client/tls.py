@@ -1,0 +1,61 @@
+"""TLS contexts for connections to the API server, from ``ConnectionInfo``.
+
+Python's ``ssl`` loads client certificates and keys from files only: data given inline is
+written to a private temporary file for the moment of loading and removed right after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trioperator._client.credentials import ConnectionInfo
+
+
+def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
+    """The TLS context for a connection: cluster CA, client certificate, verification mode.
+
+    With a cluster CA given, only that CA is trusted (as kubectl does); without one, the
+    system's trust store is used.
+    """
+    cadata: str | bytes | None = None
+    if info.ca_data:
+        # PEM is text; anything else is taken as DER, which ``cadata`` accepts as bytes.
+        cadata = info.ca_data.decode("ascii") if b"-----BEGIN" in info.ca_data else info.ca_data
+    context = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH,
+        cafile=info.ca_path or None,
+        cadata=cadata,
+    )
+    if info.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+
+    with contextlib.ExitStack() as stack:
+        cert_path = info.certificate_path
+        key_path = info.private_key_path
+        if info.certificate_data:
+            cert_path = stack.enter_context(_temporary_file(info.certificate_data))
+        if info.private_key_data:
+            key_path = stack.enter_context(_temporary_file(info.private_key_data))
+        if cert_path:
+            context.load_cert_chain(cert_path, key_path or None)
+    return context
+
+
+@contextlib.contextmanager
+def _temporary_file(data: bytes) -> Iterator[str]:
+    """A private (0600) file holding ``data``, removed as soon as the block ends."""
+    fd, path = tempfile.mkstemp(prefix="trioperator-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
