@@ -339,3 +339,31 @@ async def test_operators_in_one_process_count_apart(
     assert runs(samples2, "create_fn", "success") == 1
     # Nothing lands in prometheus_client's process-wide registry.
     assert not [name for name in REGISTRY._names_to_collectors if name.startswith("trioperator")]
+
+
+async def test_watch_reconnects_and_relistings(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry, obj: Any
+) -> None:
+    kopf.on.create("kopfexamples", id="create_fn", registry=registry)(lambda **_: None)
+    fake_api.create_object("kopfexamples", obj)  # before the start: it comes in the listing
+    async with run_operator(api=fake_api, registry=registry, metrics_endpoint=ENDPOINT) as op:
+        await wait_runs(op, "create_fn", "success")
+        reconnects = "trioperator_watch_reconnects_total"
+        assert fake_api.drop_watches("*/kopfexamples*") == 1
+        await op.wait_for(lambda: live(op, reconnects, resource=RESOURCE) == 1)
+        await op.wait_for(lambda: fake_api.open_watches == 2)  # ours, and the CRDs'
+        assert fake_api.inject_watch_error("*/kopfexamples*", 410) == 1  # too old: list again
+        listings = "trioperator_watch_listings_total"
+        await op.wait_for(lambda: live(op, listings, resource=RESOURCE) == 2)
+        await op.wait_for(lambda: live(op, reconnects, resource=RESOURCE) == 2)
+        await op.wait_for(lambda: fake_api.open_watches == 2)  # ours, and the CRDs'
+        samples = await scrape(op.metrics_url)
+
+    assert value(samples, reconnects, resource=RESOURCE) == 2
+    assert value(samples, "trioperator_watch_listings_total", resource=RESOURCE) == 2
+    events = "trioperator_watch_events_total"
+    assert value(samples, events, resource=RESOURCE, type="LISTED") == 2  # listed twice
+    watches = [
+        r for r in fake_api.requests if r.query.get("watch") == "true" and "kopfexamples" in r.path
+    ]
+    assert len(watches) == 3  # the first stream and two reconnections
