@@ -243,7 +243,8 @@ class OperatorMetrics:
         counts.reconnects += ctx.health.reconnects
         counts.listings += ctx.health.listings
 
-    def _collect_state(self) -> Iterable[Metric]:
+    def collect_state(self) -> Iterable[Metric]:
+        """The metrics read from the running operator's state (when the metrics are scraped)."""
         labels = ["resource"]
         watchers = GaugeMetricFamily(
             "trioperator_watchers", "Watchers running (one per served namespace).", labels=labels
@@ -318,8 +319,8 @@ class OperatorMetrics:
         )
         context = self.context
         paused.add_metric([], 1 if context is not None and context.pause.is_paused() else 0)
-        return [watchers, objects, workers, busy, queued, daemons, events, reconnects, listings,
-                paused]  # fmt: skip
+        families = (watchers, objects, workers, busy, queued, daemons)
+        return [*families, events, reconnects, listings, paused]
 
 
 class _StateCollector:
@@ -329,7 +330,7 @@ class _StateCollector:
         self._metrics = metrics
 
     def collect(self) -> Iterable[Metric]:
-        return self._metrics._collect_state()
+        return self._metrics.collect_state()
 
 
 def _resource_label(resource: Resource | None) -> str:
