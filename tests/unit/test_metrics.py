@@ -218,3 +218,10 @@ def test_endpoints_that_cannot_be_served_are_refused_before_the_start(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         Operator(registry=OperatorRegistry(), liveness_endpoint=liveness, metrics_endpoint=metrics)
+
+
+def test_the_process_is_described_too() -> None:
+    found = samples(OperatorMetrics())
+    names = {name for name, _ in found}
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total"} <= names
+    assert found["process_resident_memory_bytes", frozenset()] > 1_000_000

@@ -29,7 +29,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
@@ -142,6 +148,9 @@ class OperatorMetrics:
             registry=registry,
         )
         registry.register(_StateCollector(self))
+        # The process's CPU, memory and file descriptors (from /proc, read when scraped): what
+        # a deployment's resources are sized by. Nothing on systems without /proc.
+        ProcessCollector(registry=registry)
 
         # Label children by their label values: looked up once, then reused.
         self._run_children: dict[tuple[str, Resource | None, str], Any] = {}
