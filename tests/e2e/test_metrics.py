@@ -156,11 +156,13 @@ def test_the_counters_follow_an_object_through_its_life(
     assert verbs["patch"] == {"200": patches}
     # Every k8s Event it posted is one POST (the namespace has no other source of events).
     posted = kubectl.get("events", "-n", namespace)["items"]
-    assert [event["message"] for event in posted] == ["Created.", "Deleted."]
+    assert sorted(event["message"] for event in posted) == ["Created.", "Deleted."]
     assert verbs["create"] == {"201": 2}
-    # The watch streams (the resource's, the namespaces', the CRDs') opened, after listings.
-    assert verbs["watch"] == {"200": 3}
-    assert verbs["list"] == {"200": 3}
+    # The watch streams (the resource's, the namespaces', the CRDs') opened, after listings (of
+    # more than one page if the cluster has many namespaces).
+    assert verbs["watch"]["200"] >= 3
+    assert verbs["list"]["200"] >= 3
+    assert set(verbs["watch"]) == set(verbs["list"]) == {"200"}
     assert set(verbs) <= {"get", "list", "watch", "patch", "create"}
     hist = "trioperator_api_request_duration_seconds_count"
     assert value(samples, hist, verb="patch") == patches
