@@ -162,7 +162,7 @@ class Operator:
         """``http://host:port/path`` to serve the metrics on; ``None``: not served (they are
         collected anyway: ``metrics.render()``). The liveness endpoint's host and port (not
         port 0) serve both on one server."""
-        self._metrics_shared = check_endpoints(liveness_endpoint, metrics_endpoint)
+        check_endpoints(liveness_endpoint, metrics_endpoint)  # refused now, not when serving
         self.metrics_port: int | None = None
         """The port the metrics endpoint is bound to (e.g. when asked for port 0)."""
         self.metrics = OperatorMetrics()
@@ -272,8 +272,9 @@ class Operator:
 
         try:
             async with trio.open_nursery() as root:
+                shared = check_endpoints(self.liveness_endpoint, self.metrics_endpoint)
                 routes: dict[str, Handler] = {}
-                if self.metrics_endpoint is not None and self._metrics_shared:
+                if self.metrics_endpoint is not None and shared:
                     routes[parse_endpoint(self.metrics_endpoint)[2]] = self._scrape
                 if self.liveness_endpoint is not None:
                     self.liveness_port = await root.start(
@@ -289,7 +290,7 @@ class Operator:
                             routes=routes,
                         )
                     )
-                if self.metrics_endpoint is not None and self._metrics_shared:
+                if self.metrics_endpoint is not None and shared:
                     self.metrics_port = self.liveness_port
                 elif self.metrics_endpoint is not None:
                     self.metrics_port = await root.start(
