@@ -367,3 +367,35 @@ async def test_watch_reconnects_and_relistings(
         r for r in fake_api.requests if r.query.get("watch") == "true" and "kopfexamples" in r.path
     ]
     assert len(watches) == 3  # the first stream and two reconnections
+
+
+async def test_busy_workers_and_queued_events(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry, obj: Any
+) -> None:
+    release = trio.Event()
+    started = trio.Event()
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> None:
+        started.set()
+        await release.wait()
+
+    async with run_operator(api=fake_api, registry=registry, metrics_endpoint=ENDPOINT) as op:
+        fake_api.create_object("kopfexamples", obj)
+        await started.wait()
+        # Changes while the handler runs wait in the worker's queue.
+        for number in range(3):
+            fake_api.patch_object(
+                "kopfexamples", "kopf-example-1", {"spec": {"n": number}}, "default"
+            )
+        await op.wait_for(lambda: live(op, "trioperator_queue_depth", resource=RESOURCE) == 3)
+        samples = await scrape(op.metrics_url)
+        assert value(samples, "trioperator_workers", resource=RESOURCE) == 1
+        assert value(samples, "trioperator_workers_busy", resource=RESOURCE) == 1
+        assert value(samples, "trioperator_queue_depth", resource=RESOURCE) == 3
+
+        release.set()
+        await wait_runs(op, "create_fn", "success")
+        await op.wait_for(lambda: live(op, "trioperator_workers_busy", resource=RESOURCE) == 0)
+        samples = await scrape(op.metrics_url)
+        assert value(samples, "trioperator_queue_depth", resource=RESOURCE) == 0
