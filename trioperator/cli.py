@@ -33,7 +33,7 @@ from trioperator._engine.registry import (
 )
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.logsetup import configure
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.operator import Operator, check_endpoints
 from trioperator._runtime.probing import parse_endpoint
 from trioperator._version import __version__
 
@@ -92,6 +92,7 @@ def run(
     priority: Annotated[int | None, Parameter(name=["--priority", "-p"])] = None,
     dev: Annotated[bool, Parameter(negative="")] = False,
     liveness: Annotated[str | None, Parameter(name=["-L", "--liveness"])] = None,
+    metrics: str | None = None,
     verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
     debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
     quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
@@ -127,6 +128,9 @@ def run(
         Development mode: priority 666, so that this operator pauses the deployed ones.
     liveness
         Serve the liveness probe at this URL, e.g. http://0.0.0.0:8080/healthz (http only).
+    metrics
+        Serve Prometheus metrics at this URL, e.g. http://0.0.0.0:9090/metrics (http only);
+        with the host and port of --liveness, on the liveness server.
     verbose
         Log at DEBUG level.
     debug
@@ -159,6 +163,11 @@ def run(
             parse_endpoint(liveness)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    if metrics is not None:
+        try:
+            check_endpoints(liveness, metrics)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     configure(
         verbose=verbose,
         debug=debug,
@@ -185,6 +194,7 @@ def run(
         clusterwide=not namespaces,
         handle_signals=controls.handle_signals,
         liveness_endpoint=liveness,
+        metrics_endpoint=metrics,
         standalone=True if standalone else None,
         # As in Kopf, --dev wins over --priority.
         priority=DEV_PRIORITY if dev else priority,

@@ -10,11 +10,14 @@ at the end whatever happens.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
+import urllib.request
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import EXAMPLES, Kubectl
 
@@ -52,6 +55,12 @@ def webhook_names(kubectl: Kubectl) -> dict[str, list[str]]:
     return found
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def wait_for(predicate: Any, timeout: float = 30, what: str = "") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -72,7 +81,9 @@ def test_admission_example_through_the_api_server(
     example_crd: None, kubectl: Kubectl, admitted_namespace: str, run_operator: Any
 ) -> None:
     ns = admitted_namespace
-    operator = run_operator("-n", ns, str(EXAMPLES / "17-admission" / "example.py"))
+    metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
+    example_file = str(EXAMPLES / "17-admission" / "example.py")
+    operator = run_operator("-n", ns, "--metrics", metrics_url, example_file)
     operator.wait_for("The operator is ready")
 
     # The managed configurations: one webhook per handler, named after it.
@@ -139,6 +150,19 @@ def test_admission_example_through_the_api_server(
         "field": "value",
         "duration": "1m",
     }
+
+    # The reviews in the metrics: the two rejections above, by the webhook that denied them
+    # (how many were allowed depends on the dry runs' retries).
+    denied = {
+        dict(sample.labels)["webhook"]: sample.value
+        for family in text_string_to_metric_families(
+            urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+        )
+        for sample in family.samples
+        if sample.name == "trioperator_admission_reviews_total"
+        and sample.labels["result"] == "denied"
+    }
+    assert denied == {"check_field": 1, "forbid_value/spec.field": 1}
 
     # The operator stops promptly and removes its (non-persistent) webhooks.
     started = time.monotonic()

@@ -28,6 +28,8 @@ def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int
         (["run", "-m", "no_such_module_here_at_all"], "No such module: no_such_module_here_at_all"),
         (["run", "--standalone", "-P", "mine", "x.py"], "Either --standalone or --peering"),
         (["run", "--peering", "", "x.py"], "--peering needs the name"),
+        (["run", "--metrics", "https://0.0.0.0:9090/metrics", "x.py"], "http:// metrics"),
+        (["run", "-L", "http://:80/m", "--metrics", "http://:80/m", "x.py"], "another path"),
     ],
 )
 def test_usage_errors_exit_with_code_2_and_say_why(
@@ -200,3 +202,24 @@ def test_an_unknown_async_flavor_is_a_usage_error(capsys: Any) -> None:
     assert code == 2
     captured = capsys.readouterr()
     assert "curio" in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "endpoint"),
+    [
+        (["run"], None, None),
+        (["run", "--metrics", "http://0.0.0.0:9090/metrics"], None, "http://0.0.0.0:9090/metrics"),
+        (["run"], "http://0.0.0.0:9191/m", "http://0.0.0.0:9191/m"),
+        (["run", "--metrics=http://0.0.0.0:1/x"], "http://0.0.0.0:9191/m", "http://0.0.0.0:1/x"),
+    ],
+)
+def test_the_metrics_endpoint_reaches_the_operator(
+    argv: list[str],
+    env: str | None,
+    endpoint: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if env is not None:
+        monkeypatch.setenv("TRIOPERATOR_METRICS", env)
+    assert _operator_from(argv, tmp_path, monkeypatch).metrics_endpoint == endpoint

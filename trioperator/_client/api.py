@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sized
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import msgspec
 import trio
@@ -43,7 +43,7 @@ from trioperator._client.settings import NetworkingSettings
 if TYPE_CHECKING:
     from trioperator._client.credentials import ConnectionInfo, Vault, VaultKey
 
-__all__ = ["APIClient", "Logger"]
+__all__ = ["APIClient", "Logger", "RequestObserver"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,6 +65,25 @@ def _encode_extra(obj: Any) -> Any:
 # Decoders and encoders compile their plans once; building them per request would waste it.
 _JSON_DECODER = msgspec.json.Decoder()
 _JSON_ENCODER = msgspec.json.Encoder(enc_hook=_encode_extra)
+
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+"""Kubernetes' verbs of the HTTP methods; listings and watches say theirs explicitly."""
+
+
+class RequestObserver(Protocol):
+    """Told of every attempt of every request (e.g. the operator's metrics).
+
+    The client layer knows nothing of what observes it: the operator passes its metrics in.
+    Called synchronously on the request's path, so it must be quick and must not raise.
+    """
+
+    def request_done(self, verb: str, code: int | None, seconds: float) -> None:
+        """An attempt got HTTP ``code`` (``None``: no response) after ``seconds``.
+
+        ``verb`` is Kubernetes' (get, list, watch, create, patch, update, delete), or the
+        lowercase HTTP method of other requests.
+        """
+
 
 _LIST_RESTARTS = 3
 """How often a paginated listing restarts when its continue token expires (HTTP 410)."""
@@ -146,10 +165,13 @@ class APIClient:
         settings: NetworkingSettings,
         *,
         logger: Logger | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
         self.vault = vault
         self.settings = settings
         self.logger: Logger = logger if logger is not None else _LOGGER
+        self.observer = observer
+        """Told of every request's outcome and latency (``None``: nobody is)."""
         self._sessions = SessionPool()
 
     async def __aenter__(self) -> APIClient:
@@ -184,30 +206,45 @@ class APIClient:
         content_type: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 -- per attempt, see docstring
         logger: Logger | None = None,
+        verb: str | None = None,
     ) -> HTTPResponse:
         """Send a request with retries; return the successful (2xx/3xx) response as is.
 
         ``payload`` is JSON-encoded unless it is already ``bytes``. ``timeout`` bounds each
-        attempt (default: ``settings.request_timeout``).
+        attempt (default: ``settings.request_timeout``). ``verb`` names the request for the
+        observer (default: Kubernetes' verb of the method).
         """
         content = _encode(payload)
         headers = None
         if content is not None:
             headers = {"Content-Type": content_type or JSON}
+        observer = self.observer
+        if observer is not None and verb is None:
+            verb = _VERBS.get(method, method.lower())
         # Formed on the first failure only: most requests succeed at once.
         retries: _RetryState | None = None
         while True:
             key, info, session = await self._session()
             try:
-                response = await session.request(
-                    method,
-                    path,
-                    params=params,
-                    content=content,
-                    headers=headers,
-                    timeout=timeout if timeout is not None else self.settings.request_timeout,
-                    connect_timeout=self.settings.connect_timeout,
-                )
+                started = trio.current_time()
+                try:
+                    response = await session.request(
+                        method,
+                        path,
+                        params=params,
+                        content=content,
+                        headers=headers,
+                        timeout=timeout if timeout is not None else self.settings.request_timeout,
+                        connect_timeout=self.settings.connect_timeout,
+                    )
+                except APIConnectionError:
+                    if observer is not None:
+                        observer.request_done(verb or "", None, trio.current_time() - started)
+                    raise
+                if observer is not None:
+                    observer.request_done(
+                        verb or "", response.status, trio.current_time() - started
+                    )
                 if response.status >= 400:
                     raise error_from_response(response.status, response.body, response.headers)
                 return response
@@ -228,6 +265,7 @@ class APIClient:
         content_type: str | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 -- per attempt, see docstring
         logger: Logger | None = None,
+        verb: str | None = None,
     ) -> Any:
         """Send a request with retries; return the decoded JSON body (``None`` if empty)."""
         response = await self.request_raw(
@@ -238,6 +276,7 @@ class APIClient:
             content_type=content_type,
             timeout=timeout,
             logger=logger,
+            verb=verb,
         )
         return _decode(response)
 
@@ -259,14 +298,20 @@ class APIClient:
         retries = _RetryState(self.settings, logger or self.logger)
         if connect_timeout is None:
             connect_timeout = self.settings.connect_timeout
+        observer = self.observer
         while True:
             key, info, session = await self._session()
             what = f"GET {session.url(path, params)}"
             established = False
+            started = trio.current_time()
             try:
                 async with session.stream(
                     "GET", path, params=params, connect_timeout=connect_timeout
                 ) as response:
+                    if observer is not None:
+                        observer.request_done(
+                            "watch", response.status, trio.current_time() - started
+                        )
                     if response.status >= 400:
                         body = await response.read()
                         raise error_from_response(response.status, body, response.headers)
@@ -280,6 +325,8 @@ class APIClient:
             except (APIError, APIConnectionError) as exc:
                 if established:
                     raise
+                if observer is not None and isinstance(exc, APIConnectionError):
+                    observer.request_done("watch", None, trio.current_time() - started)
                 await retries.failed(exc, what)
 
     # ------------------------------------------------------------------ verbs
@@ -370,7 +417,9 @@ class APIClient:
                     if token:
                         params["continue"] = token
                     page = _expect_dict(
-                        await self.request("GET", path, params=params or None, logger=logger),
+                        await self.request(
+                            "GET", path, params=params or None, logger=logger, verb="list"
+                        ),
                         f"GET {path}",
                     )
                     meta = page.get("metadata") or {}

@@ -61,6 +61,9 @@ class HandlerOutcome:
     result: Any = None
     exception: BaseException | None = None
     subrefs: Collection[HandlerId] = ()
+    ignored_error: BaseException | None = None
+    """The error the handler raised when its ``errors`` mode ignores errors: the outcome is a
+    success for the progress, but the error still counts in the metrics."""
 
 
 Outcome = HandlerOutcome

@@ -76,6 +76,7 @@ from trioperator._engine.webhooks import (
 )
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.metrics import OperatorMetrics
 from trioperator._wire.admission import (
     AdmissionReview,
     ReviewDecodeError,
@@ -189,6 +190,7 @@ class AdmissionServing:
         indices: Mapping[str, Any],
         insights: AdmissionInsights,
         execution: Execution,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -196,6 +198,7 @@ class AdmissionServing:
         self.indices = indices
         self.insights = insights
         self.execution = execution
+        self.metrics = metrics
         self._memos: collections.OrderedDict[str, Any] = collections.OrderedDict()
         """Memos of objects that no watcher serves, by uid, the least recently used first."""
 
@@ -261,6 +264,8 @@ class AdmissionServing:
             cause.logger.error(late)
             errors.append(PermanentError(late))
         allowed, message, code = judge(errors)
+        if self.metrics is not None:
+            self.metrics.review_done(handler_id or "", allowed)
         mutating = any(handler.reason == WebhookType.MUTATING for handler in handlers)
         json_patch = mutation_patch(raw_body, cause.patch) if mutating else []
         cause.logger.debug(

@@ -21,7 +21,10 @@ from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import OperatorPause
 
 if TYPE_CHECKING:
+    from trioperator._client.watching import WatchItem
+    from trioperator._engine.bodies import RawEvent
     from trioperator._runtime.daemons import DaemonsKeeper
+    from trioperator._runtime.metrics import OperatorMetrics
 
 
 @dataclasses.dataclass
@@ -49,6 +52,9 @@ class OperatorContext:
 
     pause: OperatorPause = dataclasses.field(default_factory=OperatorPause)
     """While paused (peering: another operator outranks this one), watchers do not stream."""
+
+    metrics: OperatorMetrics | None = None
+    """Where handler runs and watch events are counted (``None``: not counted)."""
 
     def __post_init__(self) -> None:
         # Every declared index exists from the start, empty, so handlers can rely on it.
@@ -102,6 +108,12 @@ class ResourceContext:
     stopping: trio.Event = dataclasses.field(default_factory=trio.Event)
     """Set to stop this watcher alone, gracefully (as the operator's ``stopping`` does for all):
     e.g. when its namespace goes away."""
+    streams: dict[str, trio.MemorySendChannel[RawEvent]] = dataclasses.field(default_factory=dict)
+    """The channels of the running workers by object key (the watcher's routing table)."""
+    incoming: trio.MemoryReceiveChannel[WatchItem] | None = None
+    """The watch stream's buffer, read by the router (for the queue depth in the metrics)."""
+    workers_busy: int = 0
+    """Workers processing their object now, not waiting for events or delays (metrics)."""
 
     @property
     def is_stopping(self) -> bool:

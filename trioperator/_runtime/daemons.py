@@ -294,6 +294,7 @@ class DaemonsKeeper:
             default_backoff=settings.execution.default_backoff,
             limiter=ctx.operator.thread_limiter,
             abandon_threads=True,  # so that a stuck sync daemon can be let go of (stage 3)
+            metrics=ctx.operator.metrics,
         )
 
     @property
@@ -303,6 +304,10 @@ class DaemonsKeeper:
 
     def __len__(self) -> int:
         return len(self._daemons)
+
+    def running(self) -> Collection[Daemon]:
+        """The daemons and timers whose tasks run now (being stopped included)."""
+        return self._daemons
 
     # -------------------------------------------------------------------------- spawning
 

@@ -86,6 +86,7 @@ async def spawn_tasks(
     peering_name: str | None = None,
     identity: str | None = None,
     liveness_endpoint: str | None = None,
+    metrics_endpoint: str | None = None,
     handle_signals: bool = False,
     async_flavor: FlavorSetting | None = None,
 ) -> list[OperatorTask]:
@@ -109,6 +110,7 @@ async def spawn_tasks(
         peering_name=peering_name,
         identity=identity,
         liveness_endpoint=liveness_endpoint,
+        metrics_endpoint=metrics_endpoint,
         handle_signals=handle_signals,
         async_flavor=async_flavor,
     )
@@ -161,6 +163,7 @@ async def operator(
     peering_name: str | None = None,
     identity: str | None = None,
     liveness_endpoint: str | None = None,
+    metrics_endpoint: str | None = None,
     handle_signals: bool = False,
     async_flavor: FlavorSetting | None = None,
 ) -> None:
@@ -169,8 +172,10 @@ async def operator(
     Peering as in Kopf: ``peering_name`` makes the peering mandatory (paused until that peering
     object exists), ``standalone=True`` disables it, ``priority`` ranks this operator among its
     peers; unset, they keep what ``settings.peering`` says. ``liveness_endpoint`` serves the
-    probe (``http://host:port/path``). ``handle_signals`` makes SIGINT/SIGTERM stop it (only
-    in the main thread, and only in a trio program). ``async_flavor`` (``"auto"``, ``"trio"``,
+    probe (``http://host:port/path``), ``metrics_endpoint`` the Prometheus metrics (e.g.
+    ``http://0.0.0.0:9090/metrics``; on the probe's server if it has the same host and port).
+    ``handle_signals`` makes SIGINT/SIGTERM stop it (only in the main thread, and only in a
+    trio program). ``async_flavor`` (``"auto"``, ``"trio"``,
     ``"asyncio"``) sets ``settings.execution.async_flavor``, as ``--async-flavor`` does. See
     the module's docstring for asyncio programs.
     """
@@ -188,6 +193,7 @@ async def operator(
         peering_name=peering_name,
         identity=identity,
         liveness_endpoint=liveness_endpoint,
+        metrics_endpoint=metrics_endpoint,
         handle_signals=handle_signals,
         async_flavor=async_flavor,
     )
@@ -211,6 +217,7 @@ def run(
     peering_name: str | None = None,
     identity: str | None = None,
     liveness_endpoint: str | None = None,
+    metrics_endpoint: str | None = None,
     async_flavor: FlavorSetting | None = None,
 ) -> None:
     """Run an operator in a trio run of its own; SIGINT/SIGTERM stop it gracefully.
@@ -230,6 +237,7 @@ def run(
         peering_name=peering_name,
         identity=identity,
         liveness_endpoint=liveness_endpoint,
+        metrics_endpoint=metrics_endpoint,
         async_flavor=async_flavor,
     )
     trio.run(op.main)

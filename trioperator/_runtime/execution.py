@@ -14,7 +14,7 @@ import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -41,6 +41,9 @@ from trioperator._engine.registry import SubRegistry, collect_subhandlers
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.invocation import invoke, is_async_fn
 
+if TYPE_CHECKING:
+    from trioperator._runtime.metrics import OperatorMetrics
+
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
@@ -56,6 +59,8 @@ class Execution:
     abandon_threads: bool = False
     """On cancellation, let go of a sync handler's thread instead of waiting for it (daemons:
     the thread runs on until it returns; nothing else can stop a thread)."""
+    metrics: OperatorMetrics | None = None
+    """Where every handler run is counted and timed (``None``: nowhere)."""
 
 
 @dataclasses.dataclass
@@ -154,7 +159,45 @@ async def run_handler_once(
     logger: Logger,
     default_errors: ErrorsMode = ErrorsMode.TEMPORARY,
 ) -> HandlerOutcome:
-    """Invoke one handler once and classify what happened."""
+    """Invoke one handler once and classify what happened (and count it in the metrics)."""
+    metrics = execution.metrics
+    if metrics is None:
+        return await _run_handler_once(
+            handler,
+            cause=cause,
+            handler_state=handler_state,
+            execution=execution,
+            logger=logger,
+            default_errors=default_errors,
+        )
+    started = trio.current_time()
+    outcome = await _run_handler_once(
+        handler,
+        cause=cause,
+        handler_state=handler_state,
+        execution=execution,
+        logger=logger,
+        default_errors=default_errors,
+    )
+    metrics.handler_ran(
+        handler.id,
+        cause.resource if isinstance(cause, ResourceCause) else None,
+        outcome,
+        trio.current_time() - started,
+        retry=bool(handler_state.retries),
+    )
+    return outcome
+
+
+async def _run_handler_once(
+    handler: BaseHandler,
+    *,
+    cause: BaseCause,
+    handler_state: HandlerState,
+    execution: Execution,
+    logger: Logger,
+    default_errors: ErrorsMode,
+) -> HandlerOutcome:
     now = execution.now()
     name = f"Handler {handler.id!r}"
     errors = handler.errors or default_errors
@@ -203,7 +246,7 @@ async def run_handler_once(
     except Exception as exc:
         if errors is ErrorsMode.IGNORED:
             logger.exception(f"{name} failed with an exception and will ignore it: {exc}")
-            return HandlerOutcome(final=True, subrefs=frozenset(subrefs))
+            return HandlerOutcome(final=True, subrefs=frozenset(subrefs), ignored_error=exc)
         if errors is ErrorsMode.PERMANENT:
             logger.exception(f"{name} failed with an exception and will stop now: {exc}")
             return HandlerOutcome(final=True, exception=exc, subrefs=frozenset(subrefs))

@@ -98,6 +98,7 @@ def execution_for(ctx: ResourceContext) -> Execution:
         now=ctx.operator.now,
         default_backoff=settings.execution.default_backoff,
         limiter=ctx.operator.thread_limiter,
+        metrics=ctx.operator.metrics,
     )
 
 

@@ -12,6 +12,8 @@ Task tree (every task belongs to exactly one nursery; nothing outlives ``Operato
 
     root nursery (of the main task, after the startup)
     ├── liveness (with -L)                on.probe results + the health of every watcher
+    │                                     (+ the metrics, when they share its host:port)
+    ├── metrics (with --metrics)          Prometheus' text format of the operator's metrics
     ├── authenticator                     login handlers -> credentials vault; re-login on 401
     └── posting nursery
         ├── event poster                  queued k8s Events -> POST; drained on a graceful stop
@@ -86,6 +88,7 @@ from trioperator._runtime.asyncio_bridge import run_with_asyncio
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
+from trioperator._runtime.metrics import OperatorMetrics, metrics_response, serve_metrics
 from trioperator._runtime.orchestration import Orchestration, run_orchestrator
 from trioperator._runtime.peering import Peering, run_peering
 from trioperator._runtime.posting import (
@@ -94,7 +97,8 @@ from trioperator._runtime.posting import (
     open_poster_channel,
     run_poster,
 )
-from trioperator._runtime.probing import serve_liveness
+from trioperator._runtime.probing import parse_endpoint, serve_liveness
+from trioperator._util.httpserver import Handler, Request, Response
 
 logger = logging.getLogger("trioperator")
 
@@ -119,6 +123,7 @@ class Operator:
         clusterwide: bool = False,
         handle_signals: bool = False,
         liveness_endpoint: str | None = None,
+        metrics_endpoint: str | None = None,
         standalone: bool | None = None,
         priority: int | None = None,
         peering_name: str | None = None,
@@ -153,6 +158,15 @@ class Operator:
         """The health signals of the running watchers, by name, for the liveness probe."""
         self.liveness_port: int | None = None
         """The port the liveness endpoint is bound to (e.g. when asked for port 0)."""
+        self.metrics_endpoint = metrics_endpoint
+        """``http://host:port/path`` to serve the metrics on; ``None``: not served (they are
+        collected anyway: ``metrics.render()``). The liveness endpoint's host and port (not
+        port 0) serve both on one server."""
+        check_endpoints(liveness_endpoint, metrics_endpoint)  # refused now, not when serving
+        self.metrics_port: int | None = None
+        """The port the metrics endpoint is bound to (e.g. when asked for port 0)."""
+        self.metrics = OperatorMetrics()
+        """The operator's Prometheus metrics, in a registry of its own."""
         self.ready_flag = trio.Event()
         """Set when every watcher has routed its initial listing."""
         self.stop_flag = trio.Event()
@@ -204,11 +218,14 @@ class Operator:
             thread_limiter=make_limiter(settings.execution.max_workers),
         )
         context.reset_basetime()
+        context.metrics = self.metrics
+        self.metrics.context = context
         self.context = context
         execution = Execution(
             now=context.now,
             default_backoff=settings.execution.default_backoff,
             limiter=context.thread_limiter,
+            metrics=self.metrics,
         )
 
         # k8s Events: from here on, trioperator.event() & co. (in this task, the tasks it
@@ -255,6 +272,10 @@ class Operator:
 
         try:
             async with trio.open_nursery() as root:
+                shared = check_endpoints(self.liveness_endpoint, self.metrics_endpoint)
+                routes: dict[str, Handler] = {}
+                if self.metrics_endpoint is not None and shared:
+                    routes[parse_endpoint(self.metrics_endpoint)[2]] = self._scrape
                 if self.liveness_endpoint is not None:
                     self.liveness_port = await root.start(
                         partial(
@@ -266,10 +287,19 @@ class Operator:
                             execution=execution,
                             health=self.watchers_health,
                             indices=context.indices,
+                            routes=routes,
                         )
                     )
+                if self.metrics_endpoint is not None and shared:
+                    self.metrics_port = self.liveness_port
+                elif self.metrics_endpoint is not None:
+                    self.metrics_port = await root.start(
+                        partial(serve_metrics, endpoint=self.metrics_endpoint, metrics=self.metrics)
+                    )
                 await root.start(self._run_authenticator, execution)
-                api = self.api = context.api = APIClient(self.vault, settings.networking)
+                api = self.api = context.api = APIClient(
+                    self.vault, settings.networking, observer=self.metrics
+                )
                 try:
                     async with trio.open_nursery() as posting:
                         await posting.start(
@@ -357,6 +387,7 @@ class Operator:
                         indices=context.indices,
                         insights=orchestration,
                         execution=execution,
+                        metrics=self.metrics,
                     ),
                     insights=orchestration,
                     stopping=context.stopping,
@@ -367,6 +398,9 @@ class Operator:
             logger.info(f"The operator is ready: serving {len(self.served)} resource(s).")
             await context.stopping.wait()
             logger.info("Stop requested; finishing the work in progress.")
+
+    async def _scrape(self, request: Request) -> Response:
+        return metrics_response(self.metrics, request)
 
     @property
     def served(self) -> frozenset[Resource]:
@@ -432,6 +466,27 @@ class Operator:
                     raise error
                 # Wait for the next request for credentials instead of retrying in a loop.
                 await self.vault.wait_for_emptiness()
+
+
+def check_endpoints(liveness: str | None, metrics: str | None) -> bool:
+    """Whether the metrics share the liveness endpoint's server (the same host and port).
+
+    Raises ``ValueError`` for an endpoint that cannot be served, before anything starts.
+    """
+    if metrics is None:
+        return False
+    host, port, path = parse_endpoint(metrics, what="metrics")
+    if liveness is None:
+        return False
+    liveness_host, liveness_port, liveness_path = parse_endpoint(liveness)
+    if (host, port) != (liveness_host, liveness_port) or port == 0:
+        return False  # port 0 means "any free port": one for each endpoint
+    if path == liveness_path:
+        raise ValueError(
+            f"The metrics and the liveness endpoints are both at {metrics!r}:"
+            " give the metrics another path (e.g. /metrics)."
+        )
+    return True
 
 
 def _fallback_login_handlers() -> list[ActivityHandler]:

@@ -38,7 +38,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
 from trioperator._runtime.execution import Execution
-from trioperator._util.httpserver import Request, Response, serve_http
+from trioperator._util.httpserver import Handler, Request, Response, serve_http
 
 __all__ = [
     "PROBE_CACHE_TTL",
@@ -127,12 +127,15 @@ async def serve_liveness(
     execution: Execution,
     health: HealthSource = None,
     indices: Mapping[str, Any] | None = None,
+    routes: Mapping[str, Handler] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the liveness endpoint until cancelled; ``task_status.started()`` gets the port.
 
     ``endpoint`` is ``http://host:port/path`` (port ``0``: any free port, e.g. in tests).
+    ``routes`` are other paths served on the same port (the metrics, when they share it).
     """
+    extra = dict(routes or {})
     host, port, path = parse_endpoint(endpoint)
     monitor = WatchersMonitor(settings)
     probes = _ProbeCache(
@@ -140,6 +143,8 @@ async def serve_liveness(
     )
 
     async def handle(request: Request) -> Response:
+        if request.path != path and request.path in extra:
+            return await extra[request.path](request)
         if request.path != path:
             return _json(404, {"error": f"Not found: {request.path}"})
         if request.method != "GET":
@@ -167,16 +172,20 @@ async def serve_liveness(
         task_status.started(bound)
 
 
-def parse_endpoint(endpoint: str) -> tuple[str, int, str]:
-    """``http://host:port/path`` -> ``(host, port, path)``; only ``http://`` is supported."""
+def parse_endpoint(endpoint: str, *, what: str = "liveness") -> tuple[str, int, str]:
+    """``http://host:port/path`` -> ``(host, port, path)``; only ``http://`` is supported.
+
+    ``what`` names the endpoint in the errors (liveness, metrics).
+    """
     parts = urlsplit(endpoint)
     if parts.scheme != "http":
-        raise ValueError(f"Only http:// liveness endpoints are supported, not {endpoint!r}.")
+        raise ValueError(f"Only http:// {what} endpoints are supported, not {endpoint!r}.")
     try:
         port = parts.port
     except ValueError as exc:
-        raise ValueError(f"A wrong port in the liveness endpoint {endpoint!r}: {exc}") from None
-    host = parts.hostname or "0.0.0.0"  # a probe must be reachable by the kubelet
+        raise ValueError(f"A wrong port in the {what} endpoint {endpoint!r}: {exc}") from None
+    # Reachable by the kubelet (probes) and by Prometheus (metrics) unless told otherwise.
+    host = parts.hostname or "0.0.0.0"
     return host, port if port is not None else 80, parts.path or "/"
 
 

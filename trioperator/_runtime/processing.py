@@ -63,6 +63,7 @@ def execution_for(ctx: ResourceContext) -> Execution:
         now=ctx.operator.now,
         default_backoff=settings.execution.default_backoff,
         limiter=ctx.operator.thread_limiter,
+        metrics=ctx.operator.metrics,
         progress_storage=settings.persistence.progress_storage,
     )
 

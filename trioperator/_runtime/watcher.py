@@ -40,6 +40,7 @@ from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemons import DaemonsKeeper
 from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.metrics import WatchCounts
 from trioperator._runtime.workers import run_worker
 
 logger = logging.getLogger(__name__)
@@ -76,8 +77,11 @@ async def run_watcher(
     caller knows that every pre-existing object is queued for processing.
     """
     settings = ctx.settings
-    streams: dict[str, trio.MemorySendChannel[RawEvent]] = {}
+    streams = ctx.streams
     send_events, receive_events = trio.open_memory_channel[WatchItem](STREAM_BUFFER)
+    ctx.incoming = receive_events
+    metrics = ctx.operator.metrics
+    counts = metrics.watcher_started(ctx) if metrics is not None else None
     # Before the first checkpoint: watchers started together all hold the gate before any
     # worker of any of them can run.
     indexed = ctx.registry.has_indexing_handlers(ctx.resource)
@@ -104,7 +108,7 @@ async def run_watcher(
                             name=f"stream {ctx.resource} in {ctx.namespace or '*'}",
                         )
                         # The producer owns the send side; the router owns the receive side.
-                        await _route(ctx, receive_events, streams, workers, started, gate)
+                        await _route(ctx, receive_events, streams, workers, started, gate, counts)
 
                     # The stream has stopped. Let every worker finish what is queued, within
                     # the bound.
@@ -125,6 +129,9 @@ async def run_watcher(
         if gate is not None:
             ctx.operator.indexing.release(gate)
         ctx.daemons = None
+        ctx.incoming = None
+        if metrics is not None:
+            metrics.watcher_ended(ctx)
 
 
 class _StartedOnce:
@@ -207,8 +214,11 @@ async def _route(
     workers: trio.Nursery,
     task_status: _StartedOnce,
     gate: object | None,
+    counts: WatchCounts | None = None,
 ) -> None:
     listing = True
+    # Counted per event with one integer addition; the metrics read the totals when scraped.
+    tally = counts.events if counts is not None else None
     started = False
     indexed = ctx.registry.has_indexing_handlers(ctx.resource)
     listed: set[str] = set()  # the objects of the current listing (initial, or after a 410)
@@ -226,6 +236,11 @@ async def _route(
                     task_status.started()
                 continue
             event: RawEvent = item  # type: ignore[assignment]
+            if tally is not None:
+                try:
+                    tally[event["type"]] += 1
+                except KeyError:  # not from a watch stream (e.g. a test feeding the router)
+                    tally[event["type"]] = 1
             key = object_key(event["object"])
             if event["type"] is None:
                 listed.add(key)

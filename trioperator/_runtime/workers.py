@@ -42,6 +42,7 @@ def _drain(receive: trio.MemoryReceiveChannel[RawEvent], into: list[RawEvent]) -
 
 
 async def _wait(
+    ctx: ResourceContext,
     receive: trio.MemoryReceiveChannel[RawEvent],
     into: list[RawEvent],
     seconds: float,
@@ -50,23 +51,28 @@ async def _wait(
     """Wait up to ``seconds`` for an event (into ``into``); return False if the channel closed.
 
     ``wake`` (if given) ends the wait early too, with nothing received: the caller checks it.
+    A waiting worker is not busy (for the metrics).
     """
     open_ = True
-    with trio.move_on_after(max(seconds, 0)):
-        if wake is None:
-            try:
-                into.append(await receive.receive())
-            except trio.EndOfChannel:
-                open_ = False
-            return open_
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_cancel_when_set, wake, nursery.cancel_scope)
-            try:
-                into.append(await receive.receive())
-            except trio.EndOfChannel:
-                open_ = False
-            nursery.cancel_scope.cancel()
-    return open_
+    ctx.workers_busy -= 1
+    try:
+        with trio.move_on_after(max(seconds, 0)):
+            if wake is None:
+                try:
+                    into.append(await receive.receive())
+                except trio.EndOfChannel:
+                    open_ = False
+                return open_
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when_set, wake, nursery.cancel_scope)
+                try:
+                    into.append(await receive.receive())
+                except trio.EndOfChannel:
+                    open_ = False
+                nursery.cancel_scope.cancel()
+        return open_
+    finally:
+        ctx.workers_busy += 1
 
 
 async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
@@ -115,6 +121,20 @@ async def _serve(
     memory: ObjectMemory,
     retire: Callable[[], bool],
 ) -> None:
+    ctx.workers_busy += 1
+    try:
+        await _serve_busy(ctx, key, receive, memory, retire)
+    finally:
+        ctx.workers_busy -= 1
+
+
+async def _serve_busy(
+    ctx: ResourceContext,
+    key: str,
+    receive: trio.MemoryReceiveChannel[RawEvent],
+    memory: ObjectMemory,
+    retire: Callable[[], bool],
+) -> None:
     settings = ctx.settings
     pending: list[RawEvent] = []  # received, not yet seen by the on.event handlers
     latest: RawEvent | None = None  # the newest state, not yet seen by the change handling
@@ -146,7 +166,7 @@ async def _serve(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
-            open_ = await _wait(receive, pending, settings.queueing.idle_timeout, wake)
+            open_ = await _wait(ctx, receive, pending, settings.queueing.idle_timeout, wake)
             if not pending:
                 open_ = _drain(receive, pending) and open_
                 if not pending and wake is not None and wake.is_set() and open_:
@@ -210,7 +230,7 @@ async def _serve(
             if remaining > 0:
                 if not open_:
                     return  # stopping: our version will never come; the next run handles it
-                open_ = await _wait(receive, pending, remaining)
+                open_ = await _wait(ctx, receive, pending, remaining)
                 if pending or not open_:
                     continue
             objlogger.debug(
@@ -262,7 +282,7 @@ async def _serve(
                 objlogger.debug(f"Sleeping for {delay} seconds for the delayed handlers.")
             deadline = trio.current_time() + delay
             wake = memory.daemons.changed if outcome.awaiting_daemons else None
-            open_ = await _wait(receive, pending, delay, wake)
+            open_ = await _wait(ctx, receive, pending, delay, wake)
             if pending:
                 left = max(0.0, deadline - trio.current_time())
                 objlogger.debug(f"Sleeping was interrupted by new changes, {left:g} seconds left.")

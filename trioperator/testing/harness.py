@@ -28,6 +28,7 @@ import os
 import re
 import runpy
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -251,6 +252,7 @@ class OperatorHarness:
         wait_timeout: float = DEFAULT_TIMEOUT,
         poll_interval: float = POLL_INTERVAL,
         log_level: int = logging.DEBUG,
+        metrics_endpoint: str | None = None,
     ) -> None:
         """
         :param registry: the handlers; by default the default registry, i.e. whatever the
@@ -262,6 +264,9 @@ class OperatorHarness:
         :param crds: CustomResourceDefinitions to create before the operator starts (it finds
             its resources at startup): bodies, or paths of YAML files with one or more CRDs.
         :param log_level: capture the operator's records down to this level (see :attr:`logs`).
+        :param metrics_endpoint: serve the operator's metrics there, e.g.
+            ``http://127.0.0.1:0/metrics`` (port 0: any free one; see :attr:`metrics_url`).
+            They are collected anyway: ``operator.metrics.render()``.
         """
         self.registry = registry if registry is not None else get_default_registry()
         self.settings = settings if settings is not None else OperatorSettings()
@@ -274,6 +279,7 @@ class OperatorHarness:
         self.wait_timeout = wait_timeout
         self.poll_interval = poll_interval
         self.log_level = log_level
+        self.metrics_endpoint = metrics_endpoint
         self.logs = CapturedLogs()
         """What the operator logged (the ``trioperator`` loggers), live."""
         self.exception: Exception | None = None
@@ -317,6 +323,18 @@ class OperatorHarness:
         return self._operator
 
     @property
+    def metrics_url(self) -> str:
+        """The URL of the metrics endpoint as served (with the port it is bound to)."""
+        if self.metrics_endpoint is None or self.operator.metrics_port is None:
+            raise RuntimeError("The metrics are served only with metrics_endpoint=..., once ready.")
+        parts = urllib.parse.urlsplit(self.metrics_endpoint)
+        host = parts.hostname or "127.0.0.1"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        netloc = f"[{host}]" if ":" in host else host
+        return f"http://{netloc}:{self.operator.metrics_port}{parts.path or '/'}"
+
+    @property
     def ready(self) -> bool:
         return self._operator is not None and self._operator.ready_flag.is_set()
 
@@ -348,6 +366,7 @@ class OperatorHarness:
                 namespaces=self.namespaces,
                 clusterwide=self.clusterwide,
                 handle_signals=False,
+                metrics_endpoint=self.metrics_endpoint,
             )
             self._nursery = await stack.enter_async_context(trio.open_nursery())
             self._nursery.start_soon(self._main, name="operator under test")
@@ -640,6 +659,7 @@ def run_operator(
     wait_timeout: float = DEFAULT_TIMEOUT,
     poll_interval: float = POLL_INTERVAL,
     log_level: int = logging.DEBUG,
+    metrics_endpoint: str | None = None,
 ) -> OperatorHarness:
     """``async with run_operator(...) as operator:`` runs an operator for the block's duration.
 
@@ -659,6 +679,7 @@ def run_operator(
         wait_timeout=wait_timeout,
         poll_interval=poll_interval,
         log_level=log_level,
+        metrics_endpoint=metrics_endpoint,
     )
 
 

@@ -15,6 +15,7 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookRejected
 from trioperator._runtime.admission import AdmissionServing
 from trioperator._runtime.execution import Execution
+from trioperator._runtime.metrics import OperatorMetrics
 
 OBJ: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",
@@ -336,3 +337,32 @@ async def test_memos_of_unserved_objects_are_kept_between_reviews_until_deleted(
         ("DELETE", 4),  # a dry-run deletion keeps it
         ("UPDATE", 1),  # forgotten with the deletion
     ]
+
+
+async def test_reviews_are_counted_by_webhook_and_result(
+    registry: OperatorRegistry, settings: OperatorSettings, insights: Any, execution: Execution
+) -> None:
+    @kopf.on.validate("kopfexamples", id="check", registry=registry)
+    async def check(spec: Any, **_: Any) -> None:
+        if spec["field"] == "forbidden":
+            raise kopf.AdmissionError("No.")
+
+    metrics = OperatorMetrics()
+    serving = AdmissionServing(
+        registry=registry,
+        settings=settings,
+        memo=kopf.Memo(),
+        indices={},
+        insights=insights,
+        execution=execution,
+        metrics=metrics,
+    )
+    forbidden = {**OBJ, "spec": {"field": "forbidden"}}
+    for body in (OBJ, forbidden, forbidden):
+        await serving(review(obj=body), webhook="check")
+    await serving(review())  # no webhook id in the path: all handlers
+    reviews = "trioperator_admission_reviews_total"
+    value = metrics.registry.get_sample_value
+    assert value(reviews, {"webhook": "check", "result": "allowed"}) == 1
+    assert value(reviews, {"webhook": "check", "result": "denied"}) == 2
+    assert value(reviews, {"webhook": "", "result": "allowed"}) == 1

@@ -1,0 +1,401 @@
+"""Prometheus metrics of one operator: what is counted where, and the endpoint serving them.
+
+Every operator has its own :class:`OperatorMetrics` with its own ``CollectorRegistry`` (never
+prometheus_client's global one), so several operators in one process -- and tests -- keep their
+numbers apart. The names, types and labels are documented in ``docs/metrics.md``.
+
+Two kinds of numbers, chosen by how often they change:
+
+* Things that happen (handler runs, API requests, admission reviews) are counted where they
+  happen, in prometheus_client's counters and histograms. The label children are looked up once
+  per label combination and cached here: on the hot path an observation costs a dict lookup and
+  the child's own update, never a label validation.
+* States (objects in memory, workers, queued events, daemons, the pause) are read from the
+  runtime's own structures when the endpoint is scraped, by :class:`_StateCollector`; the hot
+  path does nothing for them. The counters of the watch streams (events, reconnects, listings)
+  are plain integers kept by the watchers and read at scrape time too: an event costs one
+  integer addition.
+
+Watchers come and go with namespaces and CRDs; their counters are carried over into per-resource
+totals when they end, so the counters of a resource never go backwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+import trio
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+
+from trioperator._client.resources import Resource
+from trioperator._engine.errors import HandlerTimeoutError
+from trioperator._engine.handlers import DaemonHandler
+from trioperator._engine.progression import HandlerOutcome
+from trioperator._runtime.probing import parse_endpoint
+from trioperator._util.httpserver import Request, Response, serve_http
+
+if TYPE_CHECKING:
+    from trioperator._runtime.contexts import OperatorContext, ResourceContext
+
+__all__ = [
+    "API_BUCKETS",
+    "HANDLER_BUCKETS",
+    "NO_RESOURCE",
+    "OperatorMetrics",
+    "WatchCounts",
+    "metrics_response",
+    "render",
+    "serve_metrics",
+]
+
+logger = logging.getLogger("trioperator.metrics")
+
+HANDLER_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+"""Seconds: handlers range from a dict update to minutes of talking to other systems."""
+
+API_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+"""Seconds: API requests take milliseconds normally; the tail shows a struggling server."""
+
+NO_RESOURCE: Final = ""
+"""The ``resource`` label of handlers that serve no resource (activities: startup, probes...)."""
+
+EVENT_TYPES: Final = ("ADDED", "MODIFIED", "DELETED")
+LISTED: Final = "LISTED"
+"""The ``type`` label of objects that came in a listing rather than as a watch event."""
+
+
+@dataclasses.dataclass(eq=False)
+class WatchCounts:
+    """The counters of the watch streams of one resource, over all its namespaces.
+
+    ``events`` is written by the watchers' routers (one addition per event); ``reconnects``
+    and ``listings`` hold what the watchers that have ended counted (the running ones keep
+    theirs in their ``WatchHealth`` until they end).
+    """
+
+    events: dict[str | None, int] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys((None, *EVENT_TYPES), 0)
+    )
+    reconnects: int = 0
+    listings: int = 0
+
+
+class OperatorMetrics:
+    """The metrics of one operator; read them with :meth:`render` or the metrics endpoint."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.context: OperatorContext | None = None
+        """The running operator's shared state (its pause), once it runs."""
+        self._watchers: dict[int, ResourceContext] = {}
+        self._watch_counts: dict[Resource, WatchCounts] = {}
+
+        registry = self.registry
+        self._handler_runs = Counter(
+            "trioperator_handler_runs",
+            "Handler runs by handler id, resource and outcome (success/failure/retry/timeout).",
+            ["handler", "resource", "outcome"],
+            registry=registry,
+        )
+        self._handler_errors = Counter(
+            "trioperator_handler_errors",
+            "Handler runs that raised an error (ignored, temporary or permanent).",
+            ["handler", "resource"],
+            registry=registry,
+        )
+        self._handler_retries = Counter(
+            "trioperator_handler_retries",
+            "Handler runs that were retries of an earlier failed or unfinished run.",
+            ["handler", "resource"],
+            registry=registry,
+        )
+        self._handler_durations = Histogram(
+            "trioperator_handler_duration_seconds",
+            "How long handler runs took (daemons: their whole run).",
+            ["handler"],
+            buckets=HANDLER_BUCKETS,
+            registry=registry,
+        )
+        self._api_requests = Counter(
+            "trioperator_api_requests",
+            "Requests to the Kubernetes API by verb and HTTP status code (error: no response).",
+            ["verb", "code"],
+            registry=registry,
+        )
+        self._api_durations = Histogram(
+            "trioperator_api_request_duration_seconds",
+            "Latency of requests to the Kubernetes API (watches: until the stream is open).",
+            ["verb"],
+            buckets=API_BUCKETS,
+            registry=registry,
+        )
+        self._reviews = Counter(
+            "trioperator_admission_reviews",
+            "Admission reviews answered, by webhook (handler id) and result (allowed/denied).",
+            ["webhook", "result"],
+            registry=registry,
+        )
+        registry.register(_StateCollector(self))
+        # The process's CPU, memory and file descriptors (from /proc, read when scraped): what
+        # a deployment's resources are sized by. Nothing on systems without /proc.
+        ProcessCollector(registry=registry)
+
+        # Label children by their label values: looked up once, then reused.
+        self._run_children: dict[tuple[str, Resource | None, str], Any] = {}
+        self._error_children: dict[tuple[str, Resource | None], Any] = {}
+        self._retry_children: dict[tuple[str, Resource | None], Any] = {}
+        self._duration_children: dict[str, Any] = {}
+        self._request_children: dict[tuple[str, int | None], tuple[Any, Any]] = {}
+        self._review_children: dict[tuple[str, bool], Any] = {}
+
+    def render(self) -> bytes:
+        """The metrics in Prometheus' text exposition format."""
+        return render(self.registry)
+
+    # ------------------------------------------------------------------ observations
+
+    def handler_ran(
+        self,
+        handler_id: str,
+        resource: Resource | None,
+        outcome: HandlerOutcome,
+        seconds: float,
+        *,
+        retry: bool,
+    ) -> None:
+        """One run of a handler has ended with ``outcome`` after ``seconds``."""
+        exception = outcome.exception
+        if isinstance(exception, HandlerTimeoutError):
+            verdict = "timeout"
+        elif not outcome.final:
+            verdict = "retry"
+        elif exception is not None:
+            verdict = "failure"
+        else:
+            verdict = "success"
+        key = (handler_id, resource, verdict)
+        child = self._run_children.get(key)
+        if child is None:
+            child = self._handler_runs.labels(handler_id, _resource_label(resource), verdict)
+            self._run_children[key] = child
+        child.inc()
+        duration = self._duration_children.get(handler_id)
+        if duration is None:
+            duration = self._handler_durations.labels(handler_id)
+            self._duration_children[handler_id] = duration
+        duration.observe(seconds)
+        if exception is not None or outcome.ignored_error is not None:
+            self._count(self._error_children, self._handler_errors, handler_id, resource)
+        if retry:
+            self._count(self._retry_children, self._handler_retries, handler_id, resource)
+
+    def request_done(self, verb: str, code: int | None, seconds: float) -> None:
+        """A request to the API has been answered with ``code`` (``None``: no answer)."""
+        key = (verb, code)
+        children = self._request_children.get(key)
+        if children is None:
+            label = "error" if code is None else str(code)
+            children = (self._api_requests.labels(verb, label), self._api_durations.labels(verb))
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def review_done(self, webhook: str, allowed: bool) -> None:
+        """An admission review has been answered."""
+        key = (webhook, allowed)
+        child = self._review_children.get(key)
+        if child is None:
+            child = self._reviews.labels(webhook, "allowed" if allowed else "denied")
+            self._review_children[key] = child
+        child.inc()
+
+    @staticmethod
+    def _count(
+        children: dict[tuple[str, Resource | None], Any],
+        counter: Counter,
+        handler_id: str,
+        resource: Resource | None,
+    ) -> None:
+        key = (handler_id, resource)
+        child = children.get(key)
+        if child is None:
+            child = children[key] = counter.labels(handler_id, _resource_label(resource))
+        child.inc()
+
+    # ------------------------------------------------------------------ watchers
+
+    def watcher_started(self, ctx: ResourceContext) -> WatchCounts:
+        """Register a running watcher; return the counters its router adds its events to."""
+        self._watchers[id(ctx)] = ctx
+        counts = self._watch_counts.get(ctx.resource)
+        if counts is None:
+            counts = self._watch_counts[ctx.resource] = WatchCounts()
+        return counts
+
+    def watcher_ended(self, ctx: ResourceContext) -> None:
+        """Carry the ended watcher's counters over into its resource's totals."""
+        if self._watchers.pop(id(ctx), None) is None:
+            return
+        counts = self._watch_counts[ctx.resource]
+        counts.reconnects += ctx.health.reconnects
+        counts.listings += ctx.health.listings
+
+    def collect_state(self) -> Iterable[Metric]:
+        """The metrics read from the running operator's state (when the metrics are scraped)."""
+        labels = ["resource"]
+        watchers = GaugeMetricFamily(
+            "trioperator_watchers", "Watchers running (one per served namespace).", labels=labels
+        )
+        objects = GaugeMetricFamily(
+            "trioperator_objects", "Objects of the resource held in memory.", labels=labels
+        )
+        workers = GaugeMetricFamily(
+            "trioperator_workers", "Worker tasks alive (one per object with work).", labels=labels
+        )
+        busy = GaugeMetricFamily(
+            "trioperator_workers_busy",
+            "Workers processing their object now (not waiting for events or delays).",
+            labels=labels,
+        )
+        queued = GaugeMetricFamily(
+            "trioperator_queue_depth",
+            "Watch events received and not yet taken by a worker.",
+            labels=labels,
+        )
+        daemons = GaugeMetricFamily(
+            "trioperator_daemons_running",
+            "Daemons and timers running, by kind (daemon/timer).",
+            labels=["resource", "kind"],
+        )
+        events = CounterMetricFamily(
+            "trioperator_watch_events",
+            "Objects received from the watch streams, by type (LISTED: from a listing).",
+            labels=["resource", "type"],
+        )
+        reconnects = CounterMetricFamily(
+            "trioperator_watch_reconnects",
+            "Watch streams re-established (server timeouts, dropped connections, 410s).",
+            labels=labels,
+        )
+        listings = CounterMetricFamily(
+            "trioperator_watch_listings",
+            "Complete listings of a resource (at start, after a pause, after a 410).",
+            labels=labels,
+        )
+
+        by_resource: dict[Resource, list[ResourceContext]] = {}
+        for ctx in self._watchers.values():
+            by_resource.setdefault(ctx.resource, []).append(ctx)
+        for resource in sorted(self._watch_counts, key=str):
+            label = str(resource)
+            live = by_resource.get(resource, [])
+            counts = self._watch_counts[resource]
+            watchers.add_metric([label], len(live))
+            objects.add_metric([label], sum(len(ctx.memories) for ctx in live))
+            workers.add_metric([label], sum(len(ctx.streams) for ctx in live))
+            busy.add_metric([label], sum(ctx.workers_busy for ctx in live))
+            queued.add_metric([label], sum(_queued(ctx) for ctx in live))
+            running = {"daemon": 0, "timer": 0}
+            for ctx in live:
+                if ctx.daemons is not None:
+                    for daemon in ctx.daemons.running():
+                        kind = "daemon" if isinstance(daemon.handler, DaemonHandler) else "timer"
+                        running[kind] += 1
+            for kind, count in running.items():
+                daemons.add_metric([label, kind], count)
+            for event_type, count in counts.events.items():
+                events.add_metric([label, event_type or LISTED], count)
+            reconnects.add_metric(
+                [label], counts.reconnects + sum(ctx.health.reconnects for ctx in live)
+            )
+            listings.add_metric([label], counts.listings + sum(ctx.health.listings for ctx in live))
+
+        paused = GaugeMetricFamily(
+            "trioperator_paused",
+            "1 while the operator is paused by peering (a peer with a higher priority is alive).",
+        )
+        context = self.context
+        paused.add_metric([], 1 if context is not None and context.pause.is_paused() else 0)
+        families = (watchers, objects, workers, busy, queued, daemons)
+        return [*families, events, reconnects, listings, paused]
+
+
+class _StateCollector:
+    """Reads the states of the running operator when the metrics are scraped."""
+
+    def __init__(self, metrics: OperatorMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        return self._metrics.collect_state()
+
+
+def _resource_label(resource: Resource | None) -> str:
+    return NO_RESOURCE if resource is None else str(resource)
+
+
+def _queued(ctx: ResourceContext) -> int:
+    total = 0
+    if ctx.incoming is not None:
+        total += ctx.incoming.statistics().current_buffer_used
+    for channel in ctx.streams.values():
+        total += channel.statistics().current_buffer_used
+    return total
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The metrics of ``registry`` in Prometheus' text exposition format."""
+    return generate_latest(registry)
+
+
+# ----------------------------------------------------------------------------------- serving
+
+
+async def serve_metrics(
+    *,
+    endpoint: str,
+    metrics: OperatorMetrics,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the metrics at ``endpoint`` (``http://host:port/path``) until cancelled.
+
+    ``task_status.started()`` gets the bound port (port ``0``: any free port, e.g. in tests).
+    """
+    host, port, path = parse_endpoint(endpoint, what="metrics")
+    handle = partial(_handle, path, metrics)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(serve_http, handle, host=host, port=port))
+        bound: int = listeners[0].socket.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        logger.info(f"Serving the metrics at http://{shown}:{bound}{path}")
+        task_status.started(bound)
+
+
+async def _handle(path: str, metrics: OperatorMetrics, request: Request) -> Response:
+    if request.path != path:
+        return Response(404, b"Not found\n", content_type="text/plain")
+    return metrics_response(metrics, request)
+
+
+def metrics_response(metrics: OperatorMetrics, request: Request) -> Response:
+    """The answer to a scrape (a ``GET`` of the metrics' path)."""
+    if request.method not in ("GET", "HEAD"):
+        return Response(
+            405, b"Method not allowed\n", headers={"allow": "GET"}, content_type="text/plain"
+        )
+    # As prometheus_client's own servers do: OpenMetrics or a newer text format if asked for.
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    body = b"" if request.method == "HEAD" else encode(metrics.registry)
+    return Response(200, body, content_type=content_type)
