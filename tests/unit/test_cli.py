@@ -28,6 +28,11 @@ def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int
         (["run", "-m", "no_such_module_here_at_all"], "No such module: no_such_module_here_at_all"),
         (["run", "--standalone", "-P", "mine", "x.py"], "Either --standalone or --peering"),
         (["run", "--peering", "", "x.py"], "--peering needs the name"),
+        (["freeze", "-P", "p", "-t", "0"], "--lifetime must be a positive number"),
+        (["freeze", "-P", "p", "-t", "60", "-n", "ns", "-A"], "Either --namespace or"),
+        (["freeze", "-P", " ", "-t", "60"], "--peering needs the name"),
+        (["freeze", "-P", "p", "-t", "60", "-i", ""], "--id needs a non-empty identity"),
+        (["resume", "-P", "p", "-n", "ns", "-A"], "Either --namespace or --all-namespaces"),
     ],
 )
 def test_usage_errors_exit_with_code_2_and_say_why(
@@ -170,3 +175,40 @@ def test_a_priority_that_is_not_a_number_is_a_usage_error(capsys: Any) -> None:
     assert code == 2
     captured = capsys.readouterr()
     assert "high" in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing"),
+    [
+        (["freeze", "-t", "60"], "--peering"),
+        (["freeze", "-P", "p"], "--lifetime"),
+        (["freeze", "-P", "p", "-t", "soon"], "-t"),
+        (["resume"], "--peering"),
+    ],
+)
+def test_freeze_and_resume_need_their_options(
+    argv: list[str], missing: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = _run(argv)
+    assert code == 2
+    captured = capsys.readouterr()
+    assert missing in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("freeze", ["--peering", "-P", "--lifetime", "-t", "--namespace", "-n",
+                    "--all-namespaces", "-A", "--id", "-i", "--priority", "-p", "--dev",
+                    "--message", "-m"]),
+        ("resume", ["--peering", "-P", "--namespace", "-n", "--all-namespaces", "-A",
+                    "--id", "-i"]),
+    ],
+)  # fmt: skip
+def test_freeze_and_resume_have_kopfs_options(
+    command: str, options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    main([command, "--help"])
+    text = capsys.readouterr().out
+    for option in options:
+        assert f" {option} " in text or f" {option}\n" in text, option
