@@ -175,6 +175,10 @@ async def run_handler_once(
             subrefs=subrefs,
             time_left=None if handler.timeout is None else handler.timeout - runtime,
         )
+    except trio.Cancelled:
+        # Said as Kopf says it (people grep for it): a stopped daemon, an exiting operator.
+        logger.warning(f"{name} is cancelled. Will escalate.")
+        raise
     except HandlerChildrenRetry as exc:
         logger.debug(f"{name} has unfinished sub-handlers; it will continue soon.")
         return HandlerOutcome(final=False, delay=exc.delay, subrefs=frozenset(subrefs))

@@ -61,7 +61,7 @@ async def test_async_daemon_runs_until_deletion_and_exits_instantly(
         "Adding the finalizer, thus preventing the actual deletion.",
         "Handler 'monitor' is invoked.",
         "Handler 'monitor' succeeded.",
-        "'monitor' has exited on request and will not be restarted.",
+        "'monitor' has exited on request and will not be retried or restarted.",
         "Removing the finalizer, thus allowing the actual deletion.",
     )
 
@@ -227,6 +227,7 @@ async def test_async_daemon_is_cancelled_after_the_backoff(
     logs.assert_in_order(
         "'monitor' is signalled to exit gracefully.",
         "'monitor' is signalled to exit by force.",
+        "Handler 'monitor' is cancelled. Will escalate.",  # Kopf's words, for those who grep
         "Removing the finalizer, thus allowing the actual deletion.",
     )
 
@@ -390,7 +391,7 @@ async def test_daemon_exited_on_its_own_is_not_respawned(
         running.patch({"spec": {"field": f"v{value}"}})
         await trio.sleep(1)
     assert calls == [0.0]
-    assert logs.count("'once' has exited on its own and will not be restarted.") == 1
+    assert logs.count("'once' has exited on its own and will not be retried or restarted.") == 1
     # It does not hold the object either: the other daemon alone keeps the finalizer.
     running.delete()
     await running.wait_for(lambda: not running.exists())
