@@ -364,6 +364,21 @@ def _check_counts(output: str, case: Case) -> None:
         assert "Traceback (most recent call last)" not in output
 
 
+def _check_object_lines(output: str, source: str, namespace: str) -> None:
+    """The lines Kopf's own e2e test looks for, by the kinds of handlers the example has."""
+    prefix = f"[{namespace}/kopf-example-1]"
+    creates = "@kopf.on.create('kopfexamples'" in source
+    deletes = re.search(r"@kopf\.on\.delete\('kopfexamples'(?![^)]*optional=True)", source)
+    changes = creates or deletes or "@kopf.on.update('kopfexamples'" in source
+    if deletes:
+        assert f"{prefix} Adding the finalizer" in output
+        assert f"{prefix} Deletion is in progress:" in output
+    if creates:
+        assert f"{prefix} Creation is in progress:" in output
+    if changes:
+        assert f"{prefix} Deleted, really deleted" in output
+
+
 def _required(case: Case) -> set[str]:
     # Probes and the login handler run only when asked or needed; the rest must have run.
     optional = {"tasks_count", "monitored_objects", "login_fn", "pod_task"}
@@ -425,6 +440,8 @@ def test_kopf_example(
 
     assert _terminate(process) == 0, process.output[-8000:]
     _check_counts(process.output, case)
+    if case.uses_object:
+        _check_object_lines(process.output, example.read_text(), namespace)
 
 
 # ---------------------------------------------------------------------------- 12-embedded
