@@ -99,6 +99,25 @@ def test_freeze_pauses_a_kopf_operator_and_resume_lets_it_continue(
     _freeze_and_resume(kubeconfig, kubectl, namespace, operator)
 
 
+def test_kopf_resume_lifts_our_freeze_made_on_the_same_machine(
+    peering: str, kubeconfig: Path, kubectl: Kubectl, namespace: str, kopf_bin: str
+) -> None:
+    """Without --id, both tools name the record user@host the same way."""
+    frozen = _command(kubeconfig, "freeze", "-P", peering, "-n", namespace, "-t", "600")
+    assert frozen.returncode == 0, frozen.stderr
+    assert len(_records(kubectl, namespace)) == 1
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    resumed = subprocess.run(
+        [kopf_bin, "resume", "-P", peering, "-n", namespace],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert _records(kubectl, namespace) == {}
+
+
 def test_freezing_a_peering_that_does_not_exist_fails_and_says_so(
     peering_crds: None, kubeconfig: Path, namespace: str
 ) -> None:
