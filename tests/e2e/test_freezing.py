@@ -118,6 +118,34 @@ def test_kopf_resume_lifts_our_freeze_made_on_the_same_machine(
     assert _records(kubectl, namespace) == {}
 
 
+def test_kopfs_own_freeze_pauses_a_trioperator_operator(
+    example_crd: None,
+    peering: str,
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    namespace: str,
+    run_operator: Any,
+    kopf_bin: str,
+    tmp_path: Path,
+) -> None:
+    file = _operator_file(tmp_path, "trioperator")
+    operator = start_trioperator(run_operator, "-n", namespace, "-P", peering, file)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    args = ["-P", peering, "-n", namespace, "-i", ADMIN]
+    kopf = [kopf_bin, "freeze", *args, "-t", "600"], [kopf_bin, "resume", *args]
+    for command in kopf:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        if command[1] == "freeze":
+            operator.wait_for(r"Pausing operations in favour of \[<Peer ", timeout=60)
+            _create(kubectl, namespace, "while-frozen")
+            time.sleep(5)
+            assert operator.count("CREATE-CALLED") == 0
+    operator.wait_for("Resuming operations after the pause", timeout=60)
+    operator.wait_for("CREATE-CALLED while-frozen", timeout=60)
+    assert operator.stop() == 0
+
+
 def test_freezing_a_peering_that_does_not_exist_fails_and_says_so(
     peering_crds: None, kubeconfig: Path, namespace: str
 ) -> None:
