@@ -437,7 +437,8 @@ async def test_errors_follow_the_handler_options(
     await running.wait_for(lambda: len(calls) == 3)
     await trio.sleep(100)
     assert calls == [(0.0, 0), (3.0, 1), (6.0, 2)]
-    assert logs.count("Handler 'monitor' failed permanently") == 1
+    message = "Handler 'monitor' failed with an exception and will stop now"
+    assert logs.count(f"{message} (it would exceed 3 retries on the next attempt): boom") == 1
 
 
 async def test_permanent_error_stops_the_daemon_for_good(
