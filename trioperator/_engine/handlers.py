@@ -100,6 +100,7 @@ class BaseHandler:
     backoff: float | None = None
 
     def __str__(self) -> str:
+        # As Kopf names handlers in its logs: "Handler 'x'", or by kind ("Daemon 'x'", ...).
         return f"Handler {self.id!r}"
 
 
@@ -108,6 +109,9 @@ class ActivityHandler(BaseHandler):
     """``on.startup``, ``on.cleanup``, ``on.login``, ``on.probe``."""
 
     activity: Activity
+
+    def __str__(self) -> str:
+        return f"Activity {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -134,6 +138,9 @@ class WatchingHandler(ResourceHandler):
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class IndexingHandler(ResourceHandler):
     """``index``: in-memory indices, named by the handler id."""
+
+    def __str__(self) -> str:
+        return f"Indexer {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -172,6 +179,9 @@ class DaemonHandler(SpawningHandler):
     cancellation_timeout: float | None = None
     cancellation_polling: float | None = None
 
+    def __str__(self) -> str:
+        return f"Daemon {self.id!r}"
+
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class TimerHandler(SpawningHandler):
@@ -180,6 +190,9 @@ class TimerHandler(SpawningHandler):
     interval: float | None = None
     sharp: bool | None = None
     idle: float | None = None
+
+    def __str__(self) -> str:
+        return f"Timer {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -196,6 +209,9 @@ class WebhookHandler(ResourceHandler):
     persistent: bool = False
     side_effects: bool = False
     ignore_failures: bool = False
+
+    def __str__(self) -> str:
+        return f"Webhook {self.id!r}"
 
 
 # ----------------------------------------------------------------------------------------- ids

@@ -147,7 +147,7 @@ async def run_handler_once(
 ) -> HandlerOutcome:
     """Invoke one handler once and classify what happened."""
     now = execution.now()
-    name = f"Handler {handler.id!r}"
+    name = str(handler)
     errors = handler.errors or default_errors
     backoff = handler.backoff if handler.backoff is not None else execution.default_backoff
     retries_done = handler_state.retries or 0
@@ -298,8 +298,7 @@ async def _invoke_in_time(
         return await invoke(handler.fn, kwargs=kwargs, limiter=execution.limiter)
     if scope.cancelled_caught:
         raise HandlerTimeoutError(
-            f"Handler {handler.id!r} was cancelled after its timeout "
-            f"of {handler.timeout:g} seconds."
+            f"{handler} was cancelled after its timeout of {handler.timeout:g} seconds."
         )
 
 

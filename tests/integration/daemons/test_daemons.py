@@ -59,8 +59,8 @@ async def test_async_daemon_runs_until_deletion_and_exits_instantly(
     assert running.daemons() == []
     logs.assert_in_order(
         "Adding the finalizer, thus preventing the actual deletion.",
-        "Handler 'monitor' is invoked.",
-        "Handler 'monitor' succeeded.",
+        "Daemon 'monitor' is invoked.",
+        "Daemon 'monitor' succeeded.",
         "'monitor' has exited on request and will not be retried or restarted.",
         "Removing the finalizer, thus allowing the actual deletion.",
     )
@@ -227,7 +227,7 @@ async def test_async_daemon_is_cancelled_after_the_backoff(
     logs.assert_in_order(
         "'monitor' is signalled to exit gracefully.",
         "'monitor' is signalled to exit by force.",
-        "Handler 'monitor' is cancelled. Will escalate.",  # Kopf's words, for those who grep
+        "Daemon 'monitor' is cancelled. Will escalate.",  # Kopf's words, for those who grep
         "Removing the finalizer, thus allowing the actual deletion.",
     )
 
@@ -437,7 +437,7 @@ async def test_errors_follow_the_handler_options(
     await running.wait_for(lambda: len(calls) == 3)
     await trio.sleep(100)
     assert calls == [(0.0, 0), (3.0, 1), (6.0, 2)]
-    message = "Handler 'monitor' failed with an exception and will stop now"
+    message = "Daemon 'monitor' failed with an exception and will stop now"
     assert logs.count(f"{message} (it would exceed 3 retries on the next attempt): boom") == 1
 
 
