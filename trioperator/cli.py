@@ -26,7 +26,11 @@ import trio
 from cyclopts import App, Parameter
 
 from trioperator._client.api import APIClient
-from trioperator._client.config import login_with_kubeconfig, login_with_service_account
+from trioperator._client.config import (
+    ConfigError,
+    login_with_kubeconfig,
+    login_with_service_account,
+)
 from trioperator._client.credentials import LoginError, Vault
 from trioperator._client.errors import APIConnectionError, APIError
 from trioperator._client.settings import NetworkingSettings
@@ -324,10 +328,15 @@ def _peering_command(
         raise UsageError("--peering needs the name of a peering object.")
     if id is not None and not id.strip():
         raise UsageError("--id needs a non-empty identity.")
+    name = peering.strip()
     identity = id.strip() if id is not None else detect_own_id(manual=True)
     log = logging.getLogger("trioperator")
     controls = _CONTROLS.get() or CLIControls()
-    vault = controls.vault if controls.vault is not None else _login_vault()
+    try:
+        vault = controls.vault if controls.vault is not None else _login_vault()
+    except ConfigError as exc:
+        log.error(f"Cannot {command}: {exc}")
+        return 1
     if vault is None:
         log.error("No credentials: neither a kubeconfig nor an in-cluster service account.")
         return 1
@@ -336,7 +345,7 @@ def _peering_command(
             partial(
                 _touch,
                 vault,
-                name=peering.strip(),
+                name=name,
                 identity=identity,
                 priority=priority,
                 lifetime=lifetime,
@@ -350,16 +359,13 @@ def _peering_command(
     done = "Frozen" if command == "freeze" else "Resumed"
     how = f" for {lifetime}s with priority {priority}" if command == "freeze" else ""
     why = f": {message}" if message else "."
-    for item in touched:
-        if item.found:
-            log.info(f"{done} {peering!r} {item.where}{how} as {identity!r}{why}")
+    # One line per place, though the record may have gone to both API groups' objects there.
+    found = {item.where for item in touched if item.found}
+    for where in dict.fromkeys(item.where for item in touched):
+        if where in found:
+            log.info(f"{done} {name!r} {where}{how} as {identity!r}{why}")
         else:
-            log.debug(f"No {item.resource} {peering!r} {item.where}.")
-    missing = sorted(
-        {item.where for item in touched} - {item.where for item in touched if item.found}
-    )
-    for where in missing:
-        log.warning(f"The peering object {peering!r} does not exist {where}: skipped.")
+            log.warning(f"The peering object {name!r} does not exist {where}: skipped.")
     return 0
 
 

@@ -212,3 +212,16 @@ def test_freeze_and_resume_have_kopfs_options(
     text = capsys.readouterr().out
     for option in options:
         assert f" {option} " in text or f" {option}\n" in text, option
+
+
+def test_a_broken_kubeconfig_stops_a_freeze_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters: [oops\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, controls = _run(["freeze", "-P", "prod", "-t", "60"])
+    assert code == 1
+    assert controls.exception is None  # reported, not crashed
+    assert "Cannot freeze:" in capsys.readouterr().err

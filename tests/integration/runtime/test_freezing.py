@@ -244,3 +244,19 @@ async def test_a_freeze_of_a_missing_peering_fails_and_says_why(
     assert await trio.to_thread.run_sync(_cli, fake_api, argv) == 1
     error = "Cannot freeze: The peering object 'nonexistent' does not exist cluster-wide."
     assert error in capsys.readouterr().err
+
+
+async def test_a_namespaced_freeze_warns_about_namespaces_without_the_peering(
+    fake_api: FakeAPI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for namespace in ("team-a", "team-b"):
+        fake_api.create_namespace(namespace)
+    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering"}
+    fake_api.create_object(
+        "kopfpeerings", {**body, "metadata": {"name": "team", "namespace": "team-a"}}
+    )
+    argv = ["freeze", "-P", "team", "-n", "team-*", "-t", "60", "-i", ADMIN]
+    assert await trio.to_thread.run_sync(_cli, fake_api, argv) == 0
+    output = capsys.readouterr().err
+    assert output.count("Frozen 'team' in 'team-a' for 60s with priority 100") == 1
+    assert "The peering object 'team' does not exist in 'team-b': skipped." in output
