@@ -100,7 +100,6 @@ class BaseHandler:
     backoff: float | None = None
 
     def __str__(self) -> str:
-        # As Kopf names handlers in its logs: "Handler 'x'", or by kind ("Daemon 'x'", ...).
         return f"Handler {self.id!r}"
 
 
@@ -111,6 +110,7 @@ class ActivityHandler(BaseHandler):
     activity: Activity
 
     def __str__(self) -> str:
+        # Named in logs by their kind, as Kopf names them ("Handler 'x'" for the rest).
         return f"Activity {self.id!r}"
 
 
