@@ -298,7 +298,8 @@ async def _invoke_in_time(
         return await invoke(handler.fn, kwargs=kwargs, limiter=execution.limiter)
     if scope.cancelled_caught:
         raise HandlerTimeoutError(
-            f"{handler} was cancelled after its timeout of {handler.timeout:g} seconds."
+            f"Handler {handler.id!r} was cancelled after its timeout "
+            f"of {handler.timeout:g} seconds."
         )
 
 
