@@ -252,7 +252,7 @@ def freeze(
     """
     if lifetime <= 0:
         raise UsageError("--lifetime must be a positive number of seconds (`resume` unfreezes).")
-    configure_logging(verbose=verbose, debug=debug, quiet=quiet)
+    _command_logging(verbose=verbose, debug=debug, quiet=quiet)
     return _peering_command(
         "freeze",
         peering=peering,
@@ -297,7 +297,7 @@ def resume(
     quiet
         Log only warnings and errors.
     """
-    configure_logging(verbose=verbose, debug=debug, quiet=quiet)
+    _command_logging(verbose=verbose, debug=debug, quiet=quiet)
     return _peering_command(
         "resume",
         peering=peering,
@@ -367,6 +367,15 @@ def _peering_command(
         else:
             log.warning(f"The peering object {name!r} does not exist {where}: skipped.")
     return 0
+
+
+def _command_logging(*, verbose: bool, debug: bool, quiet: bool) -> None:
+    # A one-shot command says a few lines: the operator's log formats are not needed here.
+    level = logging.DEBUG if (verbose or debug) else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)-8s %(message)s", force=True)
+    # The HTTP library logs every request at INFO; only --debug wants that.
+    for name in ("httpx2", "httpcore2", "httpx", "httpcore", "hpack"):
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
 def _login_vault() -> Vault | None:
