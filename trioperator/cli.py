@@ -387,9 +387,26 @@ def _login_vault() -> Vault | None:
     return Vault(infos) if infos else None
 
 
-async def _touch(vault: Vault, **kwargs: Any) -> list[Touched]:
+async def _touch(
+    vault: Vault,
+    *,
+    name: str,
+    identity: str,
+    priority: int,
+    lifetime: int,
+    clusterwide: bool,
+    namespaces: list[str],
+) -> list[Touched]:
     async with APIClient(vault, NetworkingSettings()) as api:
-        return await touch_peerings(api, **kwargs)
+        return await touch_peerings(
+            api,
+            name=name,
+            identity=identity,
+            priority=priority,
+            lifetime=lifetime,
+            clusterwide=clusterwide,
+            namespaces=namespaces,
+        )
 
 
 async def _run_operator(operator: Operator, started: Callable[[Operator], object] | None) -> None:
