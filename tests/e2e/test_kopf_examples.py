@@ -508,12 +508,12 @@ def test_kopf_example_embedded(
         returncode = program.stop()
     output = program.output
     assert returncode == 0, output[-8000:]
+    # What its handlers print, once per object (they are the only ones with these names; the
+    # log lines have no [namespace/name] prefix: `kopf.configure()` leaves it off, as Kopf's).
     for step in range(3):
-        assert f"Hello, kopf-example-{step}!" in output, output[-8000:]
-        assert f"Good bye, kopf-example-{step}!" in output, output[-8000:]
-    # Only the example's own objects: the operator serves the whole cluster.
-    ours = re.findall(r"\[default/kopf-example-\d\] Handler '(.+?)' succeeded", output)
-    assert collections.Counter(ours) == {"create_fn": 3, "delete_fn": 3}, output[-8000:]
+        assert output.count(f"Hello, kopf-example-{step}!") == 1, output[-8000:]
+        assert output.count(f"Good bye, kopf-example-{step}!") == 1, output[-8000:]
+    assert not FAILURE.findall(output), output[-8000:]
     assert "Traceback (most recent call last)" not in output
 
 
