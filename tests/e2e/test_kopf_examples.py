@@ -8,7 +8,7 @@ the log: every handler that should succeed succeeds exactly once (timers and eve
 least once), the expected failures fail exactly once, and the operator exits with 0.
 
 Kopf's e2e harness shortens the default retry backoff through its settings; the same is done
-here by a small extra file loaded after the example (an ``on.startup`` that sets the setting).
+here by a small extra file loaded before the example (an ``on.startup`` that sets the setting).
 
 Examples that need what trioperator does not have yet (other branches of issue 16: asyncio
 handlers, the hierarchies kit, Kopf's types) are ``xfail(strict=True)`` while it is missing, as
