@@ -1,4 +1,5 @@
-"""The command line: ``trioperator run [FILES...] [-m MODULE...] [options]``.
+"""The command line: ``trioperator run [FILES...] [-m MODULE...] [options]``, and
+``trioperator freeze``/``resume`` to pause and resume the operators of a peering by hand.
 
 Options follow Kopf's (``kopf run``); every option can also come from an environment variable
 ``TRIOPERATOR_<OPTION>`` (e.g. ``TRIOPERATOR_VERBOSE=true``). Wrong or conflicting options are
@@ -15,6 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -22,16 +24,25 @@ import cyclopts
 import trio
 from cyclopts import App, Parameter
 
-from trioperator._client.credentials import Vault
+from trioperator._client.api import APIClient
+from trioperator._client.config import (
+    ConfigError,
+    login_with_kubeconfig,
+    login_with_service_account,
+)
+from trioperator._client.credentials import LoginError, Vault
+from trioperator._client.errors import APIConnectionError, APIError
+from trioperator._client.settings import NetworkingSettings
 from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.namespaces import parse_namespace_options
-from trioperator._engine.peering import DEV_PRIORITY
+from trioperator._engine.peering import DEV_PRIORITY, detect_own_id
 from trioperator._engine.registry import (
     OperatorRegistry,
     get_default_registry,
     set_default_registry,
 )
 from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.freezing import PeeringCommandError, Touched, touch_peerings
 from trioperator._runtime.logsetup import configure
 from trioperator._runtime.operator import Operator, check_endpoints
 from trioperator._runtime.probing import parse_endpoint
@@ -45,6 +56,9 @@ app = App(
 )
 
 LogFormat = Literal["full", "plain", "json"]
+
+FREEZE_PRIORITY = 100
+"""Kopf's default priority of a freeze: above every operator that runs without --priority."""
 
 
 class UsageError(Exception):
@@ -205,6 +219,213 @@ def run(
     return 0
 
 
+@app.command
+def freeze(
+    *,
+    peering: Annotated[str, Parameter(name=["--peering", "-P"])],
+    lifetime: Annotated[int, Parameter(name=["--lifetime", "-t"])],
+    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
+    all_namespaces: Annotated[
+        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
+    ] = False,
+    id: Annotated[str | None, Parameter(name=["-i", "--id"])] = None,
+    priority: Annotated[int, Parameter(name=["--priority", "-p"])] = FREEZE_PRIORITY,
+    dev: Annotated[bool, Parameter(negative="")] = False,
+    message: Annotated[str | None, Parameter(name=["-m", "--message"])] = None,
+    verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
+    debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
+    quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
+) -> int:
+    """Pause the operators of a peering (Kopf's or trioperator's) for a while.
+
+    Writes a peer record with a high priority into the peering object(s): every operator with
+    a lower priority pauses until the record expires or `resume` removes it.
+
+    Parameters
+    ----------
+    peering
+        The peering object: ClusterKopfPeering with --all-namespaces, else KopfPeering in each
+        namespace.
+    lifetime
+        Seconds until the freeze expires by itself.
+    namespace
+        Freeze in the namespaces matching this pattern (repeatable; globs as for `run`).
+    all_namespaces
+        Freeze cluster-wide (the default when no namespace is given).
+    id
+        The identity of the record (default: user@host, as `resume` from here uses too).
+    priority
+        The freeze's priority: operators with a lower one pause.
+    dev
+        Priority 666, as `run --dev` has.
+    message
+        Why: logged here (Kopf's peering records have no place for it).
+    verbose
+        Log at DEBUG level.
+    debug
+        Log at DEBUG level, including the HTTP library.
+    quiet
+        Log only warnings and errors.
+    """
+    if lifetime <= 0:
+        raise UsageError("--lifetime must be a positive number of seconds (`resume` unfreezes).")
+    _command_logging(verbose=verbose, debug=debug, quiet=quiet)
+    return _peering_command(
+        "freeze",
+        peering=peering,
+        namespace=namespace,
+        all_namespaces=all_namespaces,
+        id=id,
+        priority=DEV_PRIORITY if dev else priority,
+        lifetime=lifetime,
+        message=message,
+    )
+
+
+@app.command
+def resume(
+    *,
+    peering: Annotated[str, Parameter(name=["--peering", "-P"])],
+    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
+    all_namespaces: Annotated[
+        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
+    ] = False,
+    id: Annotated[str | None, Parameter(name=["-i", "--id"])] = None,
+    verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
+    debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
+    quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
+) -> int:
+    """Lift a freeze: remove the record that `freeze` wrote (from here, or with the same --id).
+
+    Parameters
+    ----------
+    peering
+        The peering object that was frozen.
+    namespace
+        Resume in the namespaces matching this pattern (repeatable).
+    all_namespaces
+        Resume cluster-wide (the default when no namespace is given).
+    id
+        The identity the freeze used (default: user@host).
+    verbose
+        Log at DEBUG level.
+    debug
+        Log at DEBUG level, including the HTTP library.
+    quiet
+        Log only warnings and errors.
+    """
+    _command_logging(verbose=verbose, debug=debug, quiet=quiet)
+    return _peering_command(
+        "resume",
+        peering=peering,
+        namespace=namespace,
+        all_namespaces=all_namespaces,
+        id=id,
+        priority=0,
+        lifetime=0,
+        message=None,
+    )
+
+
+def _peering_command(
+    command: str,
+    *,
+    peering: str,
+    namespace: list[str] | None,
+    all_namespaces: bool,
+    id: str | None,
+    priority: int,
+    lifetime: int,
+    message: str | None,
+) -> int:
+    namespaces = list(parse_namespace_options(namespace or []))
+    if namespaces and all_namespaces:
+        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    if not peering.strip():
+        raise UsageError("--peering needs the name of a peering object.")
+    if id is not None and not id.strip():
+        raise UsageError("--id needs a non-empty identity.")
+    name = peering.strip()
+    identity = id.strip() if id is not None else detect_own_id(manual=True)
+    log = logging.getLogger("trioperator")
+    controls = _CONTROLS.get() or CLIControls()
+    try:
+        vault = controls.vault if controls.vault is not None else _login_vault()
+    except ConfigError as exc:
+        log.error(f"Cannot {command}: {exc}")
+        return 1
+    if vault is None:
+        log.error("No credentials: neither a kubeconfig nor an in-cluster service account.")
+        return 1
+    try:
+        touched = trio.run(
+            partial(
+                _touch,
+                vault,
+                name=name,
+                identity=identity,
+                priority=priority,
+                lifetime=lifetime,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+            )
+        )
+    except (PeeringCommandError, APIError, APIConnectionError, LoginError) as exc:
+        log.error(f"Cannot {command}: {exc}")
+        return 1
+    done = "Frozen" if command == "freeze" else "Resumed"
+    how = f" for {lifetime}s with priority {priority}" if command == "freeze" else ""
+    why = f": {message}" if message else "."
+    # One line per place, though the record may have gone to both API groups' objects there.
+    found = {item.where for item in touched if item.found}
+    for where in dict.fromkeys(item.where for item in touched):
+        if where in found:
+            log.info(f"{done} {name!r} {where}{how} as {identity!r}{why}")
+        else:
+            log.warning(f"The peering object {name!r} does not exist {where}: skipped.")
+    return 0
+
+
+def _command_logging(*, verbose: bool, debug: bool, quiet: bool) -> None:
+    # A one-shot command says a few lines: the operator's log formats are not needed here.
+    level = logging.DEBUG if (verbose or debug) else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)-8s %(message)s", force=True)
+    # The HTTP library logs every request at INFO; only --debug wants that.
+    for name in ("httpx2", "httpcore2", "httpx", "httpcore", "hpack"):
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
+
+
+def _login_vault() -> Vault | None:
+    infos = {
+        fn.__name__: info
+        for fn in (login_with_service_account, login_with_kubeconfig)
+        if (info := fn()) is not None
+    }
+    return Vault(infos) if infos else None
+
+
+async def _touch(
+    vault: Vault,
+    *,
+    name: str,
+    identity: str,
+    priority: int,
+    lifetime: int,
+    clusterwide: bool,
+    namespaces: list[str],
+) -> list[Touched]:
+    async with APIClient(vault, NetworkingSettings()) as api:
+        return await touch_peerings(
+            api,
+            name=name,
+            identity=identity,
+            priority=priority,
+            lifetime=lifetime,
+            clusterwide=clusterwide,
+            namespaces=namespaces,
+        )
+
+
 async def _run_operator(operator: Operator, started: Callable[[Operator], object] | None) -> None:
     if started is not None:
         started(operator)
@@ -252,7 +473,8 @@ def main(argv: list[str] | None = None, *, controls: CLIControls | None = None) 
     controls = controls if controls is not None else CLIControls()
     reset = _CONTROLS.set(controls)
     try:
-        result = app(argv, exit_on_error=False, print_error=True)
+        # The exit code is returned (not raised as SystemExit), for in-process callers too.
+        result = app(argv, exit_on_error=False, print_error=True, result_action="return_value")
     except UsageError as exc:
         controls.exception = exc
         print(f"Usage error: {exc}", file=sys.stderr)

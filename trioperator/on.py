@@ -870,7 +870,9 @@ def index(
     )
     filters = _filters(labels=labels, annotations=annotations, when=when, field=field, value=value)
     build = functools.partial(IndexingHandler, selector=selector, **common, **filters)
-    return _registering(registry, id=id, field=filters["field"], build=build)
+    # No field suffix here (unlike the other resource handlers): the id is the kwarg name under
+    # which other handlers receive the index, and Kopf names it after the function or ``id=``.
+    return _registering(registry, id=id, field=None, build=build)
 
 
 def daemon(

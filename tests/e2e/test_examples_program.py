@@ -61,7 +61,7 @@ def test_hooks_example_startup_probes_and_cleanup(
     # The startup handler ran before the operator logged in and started watching.
     output = operator.output
     assert output.index("STARTUP: settings tuned") < output.index("The operator is ready")
-    assert operator.count(r"Handler 'login_fn' succeeded\.") == 1
+    assert operator.count(r"Activity 'login_fn' succeeded\.") == 1
 
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
     operator.wait_for(r"Handler 'create_fn' succeeded\.")

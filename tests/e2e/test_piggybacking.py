@@ -77,8 +77,8 @@ def test_operator_without_login_handlers_uses_the_libraries_and_adopts_children(
 ) -> None:
     path = framework_operator_file(tmp_path, OPERATOR, "trioperator")
     process = start_trioperator(run_operator, "--namespace", namespace, path)
-    assert process.count(r"Handler 'login_via_pykube' succeeded") == 1
-    assert process.count(r"Handler 'login_via_client' succeeded") == 1
+    assert process.count(r"Activity 'login_via_pykube' succeeded") == 1
+    assert process.count(r"Activity 'login_via_client' succeeded") == 1
     assert process.count(r"login_with_kubeconfig") == 0  # only when no library is installed
 
     kubectl(

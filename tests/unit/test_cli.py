@@ -30,6 +30,11 @@ def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int
         (["run", "--peering", "", "x.py"], "--peering needs the name"),
         (["run", "--metrics", "https://0.0.0.0:9090/metrics", "x.py"], "http:// metrics"),
         (["run", "-L", "http://:80/m", "--metrics", "http://:80/m", "x.py"], "another path"),
+        (["freeze", "-P", "p", "-t", "0"], "--lifetime must be a positive number"),
+        (["freeze", "-P", "p", "-t", "60", "-n", "ns", "-A"], "Either --namespace or"),
+        (["freeze", "-P", " ", "-t", "60"], "--peering needs the name"),
+        (["freeze", "-P", "p", "-t", "60", "-i", ""], "--id needs a non-empty identity"),
+        (["resume", "-P", "p", "-n", "ns", "-A"], "Either --namespace or --all-namespaces"),
     ],
 )
 def test_usage_errors_exit_with_code_2_and_say_why(
@@ -223,3 +228,53 @@ def test_the_metrics_endpoint_reaches_the_operator(
     if env is not None:
         monkeypatch.setenv("TRIOPERATOR_METRICS", env)
     assert _operator_from(argv, tmp_path, monkeypatch).metrics_endpoint == endpoint
+
+
+@pytest.mark.parametrize(
+    ("argv", "missing"),
+    [
+        (["freeze", "-t", "60"], "--peering"),
+        (["freeze", "-P", "p"], "--lifetime"),
+        (["freeze", "-P", "p", "-t", "soon"], "-t"),
+        (["resume"], "--peering"),
+    ],
+)
+def test_freeze_and_resume_need_their_options(
+    argv: list[str], missing: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = _run(argv)
+    assert code == 2
+    captured = capsys.readouterr()
+    assert missing in captured.out + captured.err
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("freeze", ["--peering", "-P", "--lifetime", "-t", "--namespace", "-n",
+                    "--all-namespaces", "-A", "--id", "-i", "--priority", "-p", "--dev",
+                    "--message", "-m"]),
+        ("resume", ["--peering", "-P", "--namespace", "-n", "--all-namespaces", "-A",
+                    "--id", "-i"]),
+    ],
+)  # fmt: skip
+def test_freeze_and_resume_have_kopfs_options(
+    command: str, options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    main([command, "--help"])
+    text = capsys.readouterr().out
+    for option in options:
+        assert f" {option} " in text or f" {option}\n" in text, option
+
+
+def test_a_broken_kubeconfig_stops_a_freeze_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters: [oops\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, controls = _run(["freeze", "-P", "prod", "-t", "60"])
+    assert code == 1
+    assert controls.exception is None  # reported, not crashed
+    assert "Cannot freeze:" in capsys.readouterr().err

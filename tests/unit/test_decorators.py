@@ -253,6 +253,46 @@ def test_one_function_for_several_fields(registry: kopf.OperatorRegistry) -> Non
     ]
 
 
+# The ids Kopf 1.45 gives: the field is a suffix of every resource handler's id except an
+# index's, whose id is also the kwarg name other handlers receive the index under.
+_ANY_KOPF: Any = kopf
+FIELD_ID_CASES = [
+    (_ANY_KOPF.on.create, "fn/spec.x"),
+    (_ANY_KOPF.on.update, "fn/spec.x"),
+    (_ANY_KOPF.on.delete, "fn/spec.x"),
+    (_ANY_KOPF.on.resume, "fn/spec.x"),
+    (_ANY_KOPF.on.field, "fn/spec.x"),
+    (_ANY_KOPF.on.event, "fn/spec.x"),
+    (_ANY_KOPF.on.daemon, "fn/spec.x"),
+    (_ANY_KOPF.on.timer, "fn/spec.x"),
+    (_ANY_KOPF.on.validate, "fn/spec.x"),
+    (_ANY_KOPF.on.mutate, "fn/spec.x"),
+    (_ANY_KOPF.index, "fn"),
+]
+
+
+@pytest.mark.parametrize(("decorator", "expected"), FIELD_ID_CASES)
+def test_ids_with_field_as_kopf_forms_them(
+    registry: kopf.OperatorRegistry, decorator: Callable[..., Any], expected: str
+) -> None:
+    decorator("kopfexamples", field="spec.x", value=kopf.PRESENT)(fn)
+    decorator("kopfexamples", field="spec.x", value=kopf.PRESENT, id="own")(fn)
+    kinds = (ChangingHandler, WatchingHandler, DaemonHandler, TimerHandler, WebhookHandler)
+    ids = [
+        handler.id for kind in (*kinds, IndexingHandler) for handler in registry.get_handlers(kind)
+    ]
+    assert ids == [expected, expected.replace("fn", "own", 1)]
+
+
+def kex_by_key(**_: Any) -> None:
+    pass
+
+
+def test_index_with_field_is_named_after_the_function(registry: kopf.OperatorRegistry) -> None:
+    kopf.index("kopfexamples", field="spec.key", value=kopf.PRESENT)(kex_by_key)
+    assert only(registry, IndexingHandler).id == "kex_by_key"
+
+
 def test_stacked_decorators(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.resume("kopfexamples")
     @kopf.on.create("kopfexamples")

@@ -112,6 +112,10 @@ class ActivityHandler(BaseHandler):
 
     activity: Activity
 
+    def __str__(self) -> str:
+        # Named in logs by their kind, as Kopf names them ("Handler 'x'" for the rest).
+        return f"Activity {self.id!r}"
+
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class ResourceHandler(BaseHandler):
@@ -137,6 +141,9 @@ class WatchingHandler(ResourceHandler):
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class IndexingHandler(ResourceHandler):
     """``index``: in-memory indices, named by the handler id."""
+
+    def __str__(self) -> str:
+        return f"Indexer {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -175,6 +182,9 @@ class DaemonHandler(SpawningHandler):
     cancellation_timeout: float | None = None
     cancellation_polling: float | None = None
 
+    def __str__(self) -> str:
+        return f"Daemon {self.id!r}"
+
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class TimerHandler(SpawningHandler):
@@ -183,6 +193,9 @@ class TimerHandler(SpawningHandler):
     interval: float | None = None
     sharp: bool | None = None
     idle: float | None = None
+
+    def __str__(self) -> str:
+        return f"Timer {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -199,6 +212,9 @@ class WebhookHandler(ResourceHandler):
     persistent: bool = False
     side_effects: bool = False
     ignore_failures: bool = False
+
+    def __str__(self) -> str:
+        return f"Webhook {self.id!r}"
 
 
 # ----------------------------------------------------------------------------------------- ids

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import getpass
+import ipaddress
 import os
 import random
 import socket
@@ -35,6 +36,7 @@ __all__ = [
     "PeeringDecision",
     "cleanup_patch",
     "decide",
+    "descriptive_hostname",
     "detect_own_id",
     "keepalive_interval",
     "keepalive_patch",
@@ -205,12 +207,47 @@ def detect_own_id(*, manual: bool = False) -> str:
         user = getpass.getuser()
     except (KeyError, OSError):  # no passwd entry for the uid (e.g. in some containers)
         user = str(os.getuid())
-    host = socket.getfqdn() or socket.gethostname()
+    host = descriptive_hostname()
     if manual:
         return f"{user}@{host}"
     now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
     suffix = "".join(random.choices("abcdefhijklmnopqrstuvwxyz0123456789", k=3))
     return f"{user}@{host}/{now}/{suffix}"
+
+
+def descriptive_hostname() -> str:
+    """The name that identifies this machine best, chosen as Kopf chooses it.
+
+    The same choice matters: ``freeze``/``resume`` of either framework, run on one machine,
+    must write and remove the same ``user@host`` record. Among the names the resolver knows for
+    this host, a dotted one (an FQDN) wins, then any plain one; IP addresses, ``*.arpa``
+    pseudo-names and ``localhost`` identify nothing and are skipped; failing all, the bare host
+    name. Trailing ``.local``/``.localdomain`` say nothing either and are cut off.
+    """
+    plain = socket.gethostname()
+    try:
+        primary, aliases, addresses = socket.gethostbyaddr(plain)
+    except OSError:
+        return _without_useless_suffixes(plain)
+    names = [primary, *aliases, *addresses]
+    meaningful = [name for name in names if not name.endswith(".arpa") and not _is_ip(name)]
+    dotted = [name for name in meaningful if "." in name]
+    undotted = [name for name in meaningful if "." not in name and name != "localhost"]
+    return _without_useless_suffixes((dotted or undotted or [plain])[0])
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _without_useless_suffixes(hostname: str) -> str:
+    while hostname.endswith((".local", ".localdomain")):
+        hostname = hostname.removesuffix(".local").removesuffix(".localdomain")
+    return hostname
 
 
 def select_peering_resources(

@@ -441,9 +441,13 @@ class DaemonsKeeper:
                 break
             await _sleep(stopper, outcome.delay or 0)
         if stopper.is_set():
-            daemon.logger.debug(f"{handler} has exited on request and will not be restarted.")
+            daemon.logger.debug(
+                f"{handler} has exited on request and will not be retried or restarted."
+            )
         else:
-            daemon.logger.debug(f"{handler} has exited on its own and will not be restarted.")
+            daemon.logger.debug(
+                f"{handler} has exited on its own and will not be retried or restarted."
+            )
 
     async def _timer(self, daemon: Daemon, cause: DaemonCause) -> None:
         handler = daemon.handler

@@ -199,20 +199,22 @@ async def _run_handler_once(
     default_errors: ErrorsMode,
 ) -> HandlerOutcome:
     now = execution.now()
-    name = f"Handler {handler.id!r}"
+    name = str(handler)
     errors = handler.errors or default_errors
     backoff = handler.backoff if handler.backoff is not None else execution.default_backoff
     retries_done = handler_state.retries or 0
     runtime = handler_state.runtime(now).total_seconds()
 
     # Limits reached in earlier attempts: a final failure without invoking it again.
+    # (The log lines here and below are Kopf's, word for word: people grep for them.)
     if handler.timeout is not None and runtime >= handler.timeout:
-        timeout_exc = HandlerTimeoutError(f"{name} has timed out after {runtime:g} seconds.")
-        logger.error(f"{name} failed permanently: {timeout_exc}")
+        elapsed = datetime.timedelta(seconds=runtime)
+        timeout_exc = HandlerTimeoutError(f"{name} has timed out after {elapsed}.")
+        logger.error(str(timeout_exc))
         return HandlerOutcome(final=True, exception=timeout_exc)
     if handler.retries is not None and retries_done >= handler.retries:
         retries_exc = HandlerRetriesError(f"{name} has exceeded {retries_done} retries.")
-        logger.error(f"{name} failed permanently: {retries_exc}")
+        logger.error(str(retries_exc))
         return HandlerOutcome(final=True, exception=retries_exc)
 
     kwargs = handler_kwargs(handler, cause=cause, handler_state=handler_state, now=now)
@@ -228,18 +230,29 @@ async def _run_handler_once(
             subrefs=subrefs,
             time_left=None if handler.timeout is None else handler.timeout - runtime,
         )
+    except trio.Cancelled:
+        # Said as Kopf says it (people grep for it): a stopped daemon, an exiting operator.
+        logger.warning(f"{name} is cancelled. Will escalate.")
+        raise
     except HandlerChildrenRetry as exc:
         logger.debug(f"{name} has unfinished sub-handlers; it will continue soon.")
         return HandlerOutcome(final=False, delay=exc.delay, subrefs=frozenset(subrefs))
     except TemporaryError as exc:
-        logger.error(f"{name} failed temporarily: {str(exc) or repr(exc)}")
-        return _look_ahead(
-            handler,
-            HandlerOutcome(final=False, exception=exc, delay=exc.delay, subrefs=frozenset(subrefs)),
-            retries_done=retries_done,
-            runtime=runtime,
-            logger=logger,
+        text = str(exc) or repr(exc)
+        limit = _limit_ahead(handler, retries_done=retries_done, runtime=runtime + (exc.delay or 0))
+        if limit is None:
+            logger.error(f"{name} failed temporarily: {text}")
+            return HandlerOutcome(
+                final=False, exception=exc, delay=exc.delay, subrefs=frozenset(subrefs)
+            )
+        reached = (
+            f"time out after {handler.timeout} seconds"
+            if limit is HandlerTimeoutError
+            else f"exceed {handler.retries} retries"
         )
+        message = f"{name} failed temporarily but will {reached}: {text}"
+        logger.error(message)
+        return HandlerOutcome(final=True, exception=limit(message), subrefs=frozenset(subrefs))
     except PermanentError as exc:
         logger.error(f"{name} failed permanently: {str(exc) or repr(exc)}")
         return HandlerOutcome(final=True, exception=exc, subrefs=frozenset(subrefs))
@@ -250,41 +263,45 @@ async def _run_handler_once(
         if errors is ErrorsMode.PERMANENT:
             logger.exception(f"{name} failed with an exception and will stop now: {exc}")
             return HandlerOutcome(final=True, exception=exc, subrefs=frozenset(subrefs))
-        logger.exception(
-            f"{name} failed with an exception and will try again in {backoff} seconds: {exc}"
+        limit = _limit_ahead(handler, retries_done=retries_done, runtime=runtime + backoff)
+        if limit is None:
+            logger.exception(
+                f"{name} failed with an exception and will try again in {backoff} seconds: {exc}"
+            )
+            return HandlerOutcome(
+                final=False, exception=exc, delay=backoff, subrefs=frozenset(subrefs)
+            )
+        reached = (
+            f"time out in {handler.timeout} seconds"
+            if limit is HandlerTimeoutError
+            else f"exceed {handler.retries} retries"
         )
-        return _look_ahead(
-            handler,
-            HandlerOutcome(final=False, exception=exc, delay=backoff, subrefs=frozenset(subrefs)),
-            retries_done=retries_done,
-            runtime=runtime,
-            logger=logger,
+        message = (
+            f"{name} failed with an exception and will stop now "
+            f"(it would {reached} on the next attempt): {exc}"
         )
+        logger.exception(message)
+        return HandlerOutcome(final=True, exception=limit(message), subrefs=frozenset(subrefs))
     finally:
         handler_body.reset(body_token)
     logger.info(f"{name} succeeded.")
     return HandlerOutcome(final=True, result=result, subrefs=frozenset(subrefs))
 
 
-def _look_ahead(
-    handler: BaseHandler,
-    outcome: HandlerOutcome,
-    *,
-    retries_done: int,
-    runtime: float,
-    logger: Logger,
-) -> HandlerOutcome:
-    """Fail now what could not succeed within its limits anyway (no pointless waiting)."""
-    name = f"Handler {handler.id!r}"
-    delay = outcome.delay or 0
+def _limit_ahead(
+    handler: BaseHandler, *, retries_done: int, runtime: float
+) -> type[HandlerTimeoutError] | type[HandlerRetriesError] | None:
+    """The limit that the next attempt would reach anyway (so fail now, without waiting), as
+    the error to fail with; ``None`` if a retry is worth it.
+
+    ``runtime`` is the handler's runtime at the time of the next attempt; the timeout is checked
+    first, then the retries, as Kopf checks them.
+    """
+    if handler.timeout is not None and runtime >= handler.timeout:
+        return HandlerTimeoutError
     if handler.retries is not None and retries_done + 1 >= handler.retries:
-        exc: Exception = HandlerRetriesError(f"{name} will exceed {handler.retries} retries.")
-    elif handler.timeout is not None and runtime + delay >= handler.timeout:
-        exc = HandlerTimeoutError(f"{name} will time out after {handler.timeout:g} seconds.")
-    else:
-        return outcome
-    logger.error(f"{name} failed permanently: {exc}")
-    return HandlerOutcome(final=True, exception=exc, subrefs=outcome.subrefs)
+        return HandlerRetriesError
+    return None
 
 
 async def _invoke_with_subhandlers(

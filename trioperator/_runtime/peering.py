@@ -49,7 +49,7 @@ from trioperator._engine.peering import (
 )
 from trioperator._engine.settings import OperatorSettings
 
-__all__ = ["REMOVAL_TIMEOUT", "OperatorPause", "Peering", "run_peering"]
+__all__ = ["REMOVAL_TIMEOUT", "OperatorPause", "Peering", "run_peering", "status_subresource"]
 
 logger = logging.getLogger("trioperator.peering")
 
@@ -189,7 +189,7 @@ class Peering:
                 namespace=namespace,
                 name=settings.name,
                 payload=patch,
-                subresource=_status_subresource(resource),
+                subresource=status_subresource(resource),
                 logger=logger,
             )
             result = "ok"
@@ -344,7 +344,7 @@ class Peering:
                 namespace=namespace,
                 name=self._settings.peering.name,
                 payload=cleanup_patch(decision.dead),
-                subresource=_status_subresource(resource),
+                subresource=status_subresource(resource),
                 logger=logger,
             )
         except APINotFoundError:
@@ -353,7 +353,7 @@ class Peering:
             logger.warning(f"Couldn't remove the dead peers {list(decision.dead)}: {exc}")
 
 
-def _status_subresource(resource: Resource) -> str | None:
+def status_subresource(resource: Resource) -> str | None:
     # Kopf's CRDs have no status subresource, so the records go with the object; but if a
     # cluster's CRDs have one, the object's endpoint would silently drop the status.
     return "status" if "status" in resource.subresources else None

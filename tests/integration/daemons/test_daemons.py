@@ -59,9 +59,9 @@ async def test_async_daemon_runs_until_deletion_and_exits_instantly(
     assert running.daemons() == []
     logs.assert_in_order(
         "Adding the finalizer, thus preventing the actual deletion.",
-        "Handler 'monitor' is invoked.",
-        "Handler 'monitor' succeeded.",
-        "'monitor' has exited on request and will not be restarted.",
+        "Daemon 'monitor' is invoked.",
+        "Daemon 'monitor' succeeded.",
+        "'monitor' has exited on request and will not be retried or restarted.",
         "Removing the finalizer, thus allowing the actual deletion.",
     )
 
@@ -227,6 +227,7 @@ async def test_async_daemon_is_cancelled_after_the_backoff(
     logs.assert_in_order(
         "'monitor' is signalled to exit gracefully.",
         "'monitor' is signalled to exit by force.",
+        "Daemon 'monitor' is cancelled. Will escalate.",  # Kopf's words, for those who grep
         "Removing the finalizer, thus allowing the actual deletion.",
     )
 
@@ -390,7 +391,7 @@ async def test_daemon_exited_on_its_own_is_not_respawned(
         running.patch({"spec": {"field": f"v{value}"}})
         await trio.sleep(1)
     assert calls == [0.0]
-    assert logs.count("'once' has exited on its own and will not be restarted.") == 1
+    assert logs.count("'once' has exited on its own and will not be retried or restarted.") == 1
     # It does not hold the object either: the other daemon alone keeps the finalizer.
     running.delete()
     await running.wait_for(lambda: not running.exists())
@@ -436,7 +437,8 @@ async def test_errors_follow_the_handler_options(
     await running.wait_for(lambda: len(calls) == 3)
     await trio.sleep(100)
     assert calls == [(0.0, 0), (3.0, 1), (6.0, 2)]
-    assert logs.count("Handler 'monitor' failed permanently") == 1
+    message = "Daemon 'monitor' failed with an exception and will stop now"
+    assert logs.count(f"{message} (it would exceed 3 retries on the next attempt): boom") == 1
 
 
 async def test_permanent_error_stops_the_daemon_for_good(

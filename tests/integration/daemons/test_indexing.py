@@ -426,3 +426,33 @@ async def test_operator_level_handlers_get_the_indices_too(
     running.operator.stop()
     await running.wait_for(running.finished.is_set)
     assert seen == {"names": {None: ["cm1"]}}
+
+
+# Declared at module level: a handler id is the function's qualified name, and only top-level
+# functions have one that is also a usable keyword (as under Kopf).
+def kex_by_key(name: str, spec: Any, **_: Any) -> Any:
+    return {spec["key"]: name}
+
+
+def kex_names(name: str, **_: Any) -> Any:
+    return name
+
+
+async def test_indices_with_field_filters_arrive_under_the_function_name_or_id(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, fake_api: Any
+) -> None:
+    seen: dict[str, Any] = {}
+    kopf.index("kopfexamples", field="spec.key", value=kopf.PRESENT, registry=registry)(kex_by_key)
+    kopf.index("kopfexamples", field="spec.key", id="keyed", registry=registry)(kex_names)
+
+    @kopf.on.create("kopfexamples", field="spec.key", registry=registry)
+    async def create_fn(name: str, kex_by_key: Any, keyed: Any, **_: Any) -> None:
+        seen[name] = (snapshot(kex_by_key), snapshot(keyed))
+
+    running = await run_operator()
+    running.create(name="without-key")
+    body = copy.deepcopy(OBJ)
+    body["spec"]["key"] = "k1"
+    running.create(body, name="with-key")
+    await running.wait_for(lambda: "with-key" in seen)
+    assert seen == {"with-key": ({"k1": ["with-key"]}, {None: ["with-key"]})}

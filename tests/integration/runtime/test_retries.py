@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from typing import Any
 
 import pytest
@@ -134,7 +135,8 @@ async def test_retries_limit_fails_permanently_without_waiting_for_a_pointless_r
     assert [t - attempts[0] for t in attempts] == pytest.approx([0, 5], abs=1e-5)
     logs.assert_in_order(
         "Handler 'create_fn' failed temporarily: not ready",
-        "Handler 'create_fn' failed permanently",
+        # Kopf's words: the 2nd attempt fails for good, rather than wait for a pointless 3rd.
+        "Handler 'create_fn' failed temporarily but will exceed 2 retries: not ready",
         "Creation is processed: 0 succeeded; 1 failed.",
     )
     # The failed change is done with: the records are purged, the diff-base stored.
@@ -179,7 +181,8 @@ async def test_timeout_across_temporary_errors_is_looked_ahead(
     await running.wait_for(lambda: handled(running))
     # The 2nd attempt at 10 s would be retried at 20 s, after the timeout: it fails at once.
     assert [t - attempts[0] for t in attempts] == pytest.approx([0, 10], abs=1e-5)
-    assert logs.count("Handler 'create_fn' failed permanently") == 1
+    message = "Handler 'create_fn' failed temporarily but will time out after 15 seconds"
+    assert logs.count(f"{message}: not ready") == 1
 
 
 async def test_permanent_error_is_not_retried(
@@ -258,3 +261,43 @@ async def test_long_delays_are_slept_in_portions_of_ten_minutes(
     await running.wait_for(lambda: handled(running))
     assert [t - t0 for t in attempts] == pytest.approx([0, 1000], abs=1e-5)
     assert logs.count("Sleeping for 400.0 seconds for the delayed handlers.") == 1
+
+
+async def test_retries_used_up_before_a_restart_fail_without_invoking_again(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, logs: Any
+) -> None:
+    """A record left by an earlier process (Kopf's or ours) at the limit: logged as Kopf logs it."""
+    calls: list[int] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", retries=3, registry=registry)
+    async def create_fn(retry: int, **_: Any) -> None:
+        calls.append(retry)
+
+    record = {"started": "2026-03-01T12:00:00+00:00", "purpose": "create", "retries": 3,
+              "success": False, "failure": False, "message": "boom"}  # fmt: skip
+    running = await run_operator()
+    running.create(annotations={RECORD: json.dumps(record)})
+    await running.wait_for(lambda: handled(running))
+    assert calls == []
+    assert logs.count("Handler 'create_fn' has exceeded 3 retries.") == 1
+    assert logs.count("Creation is processed: 0 succeeded; 1 failed.") == 1
+
+
+async def test_a_timeout_passed_before_a_restart_fails_without_invoking_again(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, logs: Any
+) -> None:
+    calls: list[int] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", timeout=60, registry=registry)
+    async def create_fn(retry: int, **_: Any) -> None:
+        calls.append(retry)
+
+    record = {"started": "2020-01-01T00:00:00+00:00", "purpose": "create", "retries": 1,
+              "success": False, "failure": False, "message": "boom"}  # fmt: skip
+    running = await run_operator()
+    running.create(annotations={RECORD: json.dumps(record)})
+    await running.wait_for(lambda: handled(running))
+    assert calls == []
+    # Kopf's words, with the runtime as a timedelta ("2155 days, 12:00:00.123456").
+    pattern = re.compile(r"Handler 'create_fn' has timed out after \d+ days, [\d:.]+\.$")
+    assert len([m for m in logs.messages() if pattern.search(m)]) == 1

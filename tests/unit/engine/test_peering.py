@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import socket
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from trioperator._engine.peering import (
     Peer,
     cleanup_patch,
     decide,
+    descriptive_hostname,
     detect_own_id,
     keepalive_interval,
     keepalive_patch,
@@ -172,6 +174,36 @@ def test_the_identity_without_a_pod_id_is_user_host_time_random(
     assert stamp.isdigit()
     assert len(suffix) == 3
     assert detect_own_id(manual=True) == userhost
+
+
+@pytest.mark.parametrize(
+    ("hostname", "resolved", "expected"),
+    [
+        # The resolver's names: (primary, aliases, addresses); None: the lookup fails.
+        ("vm", ("localhost", [], ["127.0.0.1"]), "vm"),
+        ("vm", None, "vm"),
+        ("vm.local", None, "vm"),
+        ("vm", ("vm", ["vm.example.com"], ["10.0.0.5"]), "vm.example.com"),
+        ("vm", ("5.0.0.10.in-addr.arpa", ["vm"], ["10.0.0.5"]), "vm"),
+        ("vm", ("1.0.ip6.arpa", [], ["::1"]), "vm"),
+        ("vm", ("box.localdomain", [], []), "box"),
+        ("vm", ("box.lan.local.localdomain", [], []), "box.lan"),
+    ],
+)
+def test_the_host_in_identities_is_chosen_as_kopf_chooses_it(
+    monkeypatch: pytest.MonkeyPatch, hostname: str, resolved: Any, expected: str
+) -> None:
+    def gethostbyaddr(name: str) -> Any:
+        assert name == hostname
+        if resolved is None:
+            raise OSError("no such host")
+        return resolved
+
+    monkeypatch.setattr(socket, "gethostname", lambda: hostname)
+    monkeypatch.setattr(socket, "gethostbyaddr", gethostbyaddr)
+    monkeypatch.delenv("POD_ID", raising=False)
+    assert descriptive_hostname() == expected
+    assert detect_own_id(manual=True).endswith(f"@{expected}")
 
 
 def _resource(group: str, plural: str, *, namespaced: bool, version: str = "v1") -> Resource:
