@@ -157,7 +157,7 @@ def test_fallbacks_follow_the_installed_libraries(
     process = run_operator("--namespace", namespace, path, command=command)
     process.wait_for("The operator is ready")
     for name in used:
-        assert process.count(f"Handler '{name}' succeeded") == 1
+        assert process.count(f"Activity '{name}' succeeded") == 1
     for name in unused:
         assert process.count(name) == 0
 
