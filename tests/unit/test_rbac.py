@@ -273,3 +273,13 @@ def test_ambiguous_selectors_are_refused() -> None:
     registry = _registry(_handler(WebhookHandler, Selector("widgets")))
     with pytest.raises(RBACError, match="Ambiguous"):
         required_permissions(registry, OperatorSettings(), {other, mine})
+
+
+def test_the_rbac_manifest_is_what_the_generator_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    # manifests/rbac.yaml must not drift from the code that decides what is requested.
+    argv = [str(EXAMPLES / "01-minimal" / "example.py"), "--crd", str(CRD_FILE), "-A"]
+    argv += ["--service-account", "trioperator", "--service-account-namespace", "trioperator"]
+    code, docs, _ = _rbac(argv, capsys)
+    assert code == 0
+    committed = [doc for doc in yaml.safe_load_all((ROOT / "manifests" / "rbac.yaml").read_text())]
+    assert [doc for doc in committed if doc] == docs
