@@ -88,62 +88,119 @@ def _blob_file(oci: tarfile.TarFile, name: str) -> bytes:
     return member.read()
 
 
+@pytest.fixture(scope="module")
+def image(image_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """The image's root filesystem, unpacked once, and its config."""
+    rootfs = tmp_path_factory.mktemp("image") / "rootfs"
+    rootfs.mkdir()
+    config = unpack(image_archive, rootfs)
+    # Runtimes create a missing working directory.
+    (rootfs / config["WorkingDir"].lstrip("/")).mkdir(parents=True, exist_ok=True)
+    return rootfs, config
+
+
+class Container:
+    """The image's entrypoint with its default command, run as a runtime would run it."""
+
+    def __init__(self, image: tuple[Path, Any], operator: str, kubeconfig: Path, ns: str) -> None:
+        rootfs, config = image
+        # The user's operator where a layer would add it (or a volume mount).
+        (rootfs / "operator" / "operator.py").write_text(operator)
+        shutil.copy(kubeconfig, rootfs / "operator" / "kubeconfig")
+        os.chmod(rootfs / "operator" / "kubeconfig", 0o644)
+        env = dict(item.split("=", 1) for item in config["Env"])
+        env |= {"KUBECONFIG": "/operator/kubeconfig", "TRIOPERATOR_NAMESPACE": ns}
+        env["TRIOPERATOR_STANDALONE"] = "true"
+        uid, gid = config["User"].split(":")
+        command = [
+            "unshare", "--pid", "--fork", "--mount", "--kill-child",
+            f"--root={rootfs}", f"--wd={config['WorkingDir']}",
+            "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            *config["Entrypoint"], *config["Cmd"],
+        ]  # fmt: skip
+        self.started = time.monotonic()
+        self.process = OperatorProcess(command, env)
+        # The unshare process's only child is the entrypoint: PID 1 in its namespace.
+        self.pid1 = _child_of(self.process.process.pid)
+
+    def messages(self) -> list[str]:
+        lines = [line for line in self.process.lines if line.strip()]
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        assert len(records) == len(lines), "\n".join(lines)  # JSON lines only
+        return [record["message"] for record in records]
+
+
+def test_the_image_is_non_root_and_logs_json(image: tuple[Path, Any]) -> None:
+    rootfs, config = image
+    assert config["User"] == "10001:10001"  # numeric: runAsNonRoot can check it
+    env = dict(item.split("=", 1) for item in config["Env"])
+    assert env["TRIOPERATOR_LOG_FORMAT"] == "json"
+    assert config["Entrypoint"] == ["/opt/trioperator/bin/trioperator"]
+    # No build tools in the final stage: no pip, no compiler, no package manager.
+    for tool in ("opt/trioperator/bin/pip", "usr/bin/gcc", "usr/bin/make", "usr/bin/apt-get"):
+        assert not (rootfs / tool).exists(), tool
+    assert not list((rootfs / "usr/lib").glob("python3*/ensurepip"))  # no way to get pip back
+
+
 def test_the_image_serves_an_object_as_pid_1_and_stops_on_sigterm(
-    image_archive: Path,
-    tmp_path: Path,
+    image: tuple[Path, Any],
     kubeconfig: Path,
     kubectl: Kubectl,
     example_crd: None,
     namespace: str,
 ) -> None:
-    rootfs = tmp_path / "rootfs"
-    rootfs.mkdir()
-    config = unpack(image_archive, rootfs)
-    assert config["User"] == "10001:10001"  # non-root, numeric: runAsNonRoot can check it
-    env = dict(item.split("=", 1) for item in config["Env"])
-    assert env["TRIOPERATOR_LOG_FORMAT"] == "json"
-
-    # The user's operator, as a layer would add it (or a volume mount); runtimes create a
-    # missing working directory.
-    (rootfs / config["WorkingDir"].lstrip("/")).mkdir(parents=True, exist_ok=True)
-    shutil.copy(EXAMPLES / "01-minimal" / "example.py", rootfs / "operator" / "operator.py")
-    shutil.copy(kubeconfig, rootfs / "operator" / "kubeconfig")
-    os.chmod(rootfs / "operator" / "kubeconfig", 0o644)
-    env |= {"KUBECONFIG": "/operator/kubeconfig", "TRIOPERATOR_NAMESPACE": namespace}
-    env["TRIOPERATOR_STANDALONE"] = "true"
-
-    uid, gid = config["User"].split(":")
-    command = [
-        "unshare", "--pid", "--fork", "--mount", "--kill-child",
-        f"--root={rootfs}", f"--wd={config['WorkingDir']}",
-        "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-        *config["Entrypoint"], *config["Cmd"],
-    ]  # fmt: skip
     # The object exists before the start: the time to handle it is the start-up time.
     kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
-    started = time.monotonic()
-    process = OperatorProcess(command, {**env})
+    operator = (EXAMPLES / "01-minimal" / "example.py").read_text()
+    container = Container(image, operator, kubeconfig, namespace)
     try:
-        # The unshare process's only child is the entrypoint: PID 1 in its namespace.
-        pid1 = _child_of(process.process.pid)
-        with open(f"/proc/{pid1}/status") as status:
+        with open(f"/proc/{container.pid1}/status") as status:
             assert any(line.split()[-1] == "1" for line in status if line.startswith("NSpid:"))
-        process.wait_for(r"Handler 'create_fn' succeeded", timeout=60)
-        handled_after = time.monotonic() - started
+        container.process.wait_for(r"Handler 'create_fn' succeeded", timeout=60)
+        handled_after = time.monotonic() - container.started
         created = kubectl.get("kopfexample", "kopf-example-1", "-n", namespace)
         assert created["status"]["create_fn"] == {"message": "hello world"}
 
         # PID 1 gets a signal only if it has a handler for it: trioperator installs its own.
-        os.kill(pid1, signal.SIGTERM)
-        assert process.process.wait(30) == 0
+        os.kill(container.pid1, signal.SIGTERM)
+        assert container.process.process.wait(30) == 0
     finally:
-        process.stop()
+        container.process.stop()
+    assert "Signal SIGTERM received: stopping gracefully." in container.messages()
+    print(f"\nimage: first object handled {handled_after:.2f} s after the start")
 
-    records = [json.loads(line) for line in process.lines if line.startswith("{")]
-    assert len(records) == len([line for line in process.lines if line.strip()])  # JSON only
-    messages = [record["message"] for record in records]
-    assert any("SIGTERM received: stopping gracefully" in message for message in messages)
-    print(f"\nimage: first object handled {handled_after:.1f} s after the start")
+
+SLOW = """
+import trio
+import trioperator as kopf
+
+@kopf.on.create("kopfexamples")
+async def slow_fn(logger, **_):
+    logger.info("Slow handler started.")
+    await trio.sleep(600)  # a graceful stop waits for it; only cancelling ends it early
+"""
+
+
+def test_a_second_sigterm_stops_pid_1_at_once(
+    image: tuple[Path, Any],
+    kubeconfig: Path,
+    kubectl: Kubectl,
+    example_crd: None,
+    namespace: str,
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "obj.yaml"))
+    container = Container(image, SLOW, kubeconfig, namespace)
+    try:
+        container.process.wait_for("Slow handler started", timeout=60)
+        os.kill(container.pid1, signal.SIGTERM)
+        container.process.wait_for("stopping gracefully")
+        time.sleep(1)
+        assert container.process.process.poll() is None  # the handler holds the graceful stop
+        os.kill(container.pid1, signal.SIGTERM)
+        container.process.process.wait(15)
+    finally:
+        container.process.stop()
+    assert "Signal SIGTERM again: cancelling now." in container.messages()
 
 
 def _child_of(pid: int, timeout: float = 10) -> int:
