@@ -24,7 +24,8 @@ import yaml
 
 from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl, OperatorProcess
 
-PORT = "17443"
+# Its own port (and etcd's, PORT+7347/+7357), next to the shared server's 16443.
+PORT = os.environ.get("TRIOPERATOR_RBAC_KUBE_PORT", "17443")
 SERVICE_ACCOUNT = "op"
 
 OPERATOR = """
