@@ -283,3 +283,57 @@ def test_the_rbac_manifest_is_what_the_generator_prints(capsys: pytest.CaptureFi
     assert code == 0
     committed = [doc for doc in yaml.safe_load_all((ROOT / "manifests" / "rbac.yaml").read_text())]
     assert [doc for doc in committed if doc] == docs
+
+
+def test_crds_of_both_apiextensions_versions_are_understood() -> None:
+    v1beta1 = {
+        "apiVersion": "apiextensions.k8s.io/v1beta1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com",
+            "version": "v1alpha1",
+            "scope": "Cluster",
+            "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+            "subresources": {"status": {}},
+        },
+    }
+    (widget,) = resources_from_crd(v1beta1)
+    assert (widget.group, widget.version, widget.plural) == ("example.com", "v1alpha1", "widgets")
+    assert (widget.namespaced, widget.subresources, widget.preferred) == (False, {"status"}, True)
+    assert Selector("wd").select([widget]) == {widget}
+
+    (kopfexample,) = resources_from_crd(yaml.safe_load(CRD_FILE.read_text()))
+    assert (kopfexample.group, kopfexample.plural) == ("kopf.dev", "kopfexamples")
+    assert (kopfexample.namespaced, kopfexample.subresources) == (True, {"status"})
+
+
+@pytest.mark.parametrize(
+    ("crd", "message"),
+    [
+        ({"kind": "ConfigMap"}, "not a CustomResourceDefinition"),
+        ({"kind": "CustomResourceDefinition", "metadata": {"name": "x"}}, "has no spec"),
+        ({"kind": "CustomResourceDefinition", "spec": {"group": "g"}}, "lacks spec.group"),
+        (
+            {
+                "kind": "CustomResourceDefinition",
+                "spec": {"group": "g", "names": {"plural": "xs", "kind": "X"}, "versions": []},
+            },
+            "serves no versions",
+        ),
+    ],
+)
+def test_unusable_crds_are_refused_with_what_is_wrong(crd: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        resources_from_crd(crd)
+
+
+def test_the_container_environment_does_not_confuse_rbac(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The image sets TRIOPERATOR_LOG_FORMAT for `run`; `rbac` has no such option.
+    monkeypatch.setenv("TRIOPERATOR_LOG_FORMAT", "json")
+    argv = [str(EXAMPLES / "01-minimal" / "example.py"), "--crd", str(CRD_FILE)]
+    code, docs, err = _rbac(argv, capsys)
+    assert code == 0, err
+    assert [doc["kind"] for doc in docs] == ["ClusterRole", "ClusterRoleBinding"]

@@ -83,7 +83,8 @@ BUILTIN_RESOURCES: Final = _builtin()
 
 
 def resources_from_crd(crd: Mapping[str, Any]) -> list[Resource]:
-    """The resources one CustomResourceDefinition (``apiextensions.k8s.io/v1``) serves.
+    """The resources one CustomResourceDefinition (``apiextensions.k8s.io/v1`` or ``v1beta1``)
+    serves.
 
     The storage version is taken as the preferred one. Raises ``ValueError`` with what is wrong
     for anything that is not a usable CRD.
@@ -99,6 +100,9 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[Resource]:
     if not (isinstance(group, str) and isinstance(plural, str) and isinstance(kind, str)):
         raise ValueError(f"the CRD {name!r} lacks spec.group, spec.names.plural or .kind")
     versions: Iterable[Mapping[str, Any]] = spec.get("versions") or []
+    if not versions and spec.get("version"):
+        # apiextensions.k8s.io/v1beta1 allowed one version at the top level instead.
+        versions = [{"name": spec["version"], "served": True, "storage": True}]
     resources = []
     for version in versions:
         if not version.get("served", True):
@@ -113,7 +117,10 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[Resource]:
                 shortcuts=frozenset(names.get("shortNames") or ()),
                 categories=frozenset(names.get("categories") or ()),
                 namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                subresources=frozenset(version.get("subresources") or ()),
+                # v1beta1 also had the subresources common to all versions at the top level.
+                subresources=frozenset(
+                    version.get("subresources") or spec.get("subresources") or ()
+                ),
                 preferred=bool(version.get("storage", False)),
                 verbs=_ALL_VERBS,
             )
