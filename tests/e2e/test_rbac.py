@@ -57,6 +57,14 @@ RULES = {
     ("Role", "kopf.dev", "kopfexamples/status"): ["patch"],
     ("Role", "kopf.dev", "kopfpeerings"): ["list", "watch", "patch"],
 }
+# And with -A: everything in the ClusterRole, cluster-wide peering, no namespace observation.
+RULES_CLUSTERWIDE = {
+    ("ClusterRole", "", "events"): ["create"],
+    ("ClusterRole", "apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"],
+    ("ClusterRole", "kopf.dev", "clusterkopfpeerings"): ["list", "watch", "patch"],
+    ("ClusterRole", "kopf.dev", "kopfexamples"): ["list", "watch", "patch"],
+    ("ClusterRole", "kopf.dev", "kopfexamples/status"): ["patch"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -96,14 +104,23 @@ def admin(rbac_server: Path) -> Kubectl:
         "apply", "-f", str(EXAMPLES / "crd.yaml"), "-f", str(ROOT / "manifests" / "peering.yaml")
     )
     kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=30s")
+    peering = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": "default"},
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(peering))
     return kubectl
 
 
 @pytest.fixture
 def setup(admin: Kubectl, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
     """A namespace with the service account, a peering object, the operator file and the RBAC
-    manifests ``trioperator rbac`` prints for it (not applied yet)."""
+    manifests ``trioperator rbac`` prints for it (not applied yet): for an operator serving
+    this namespace, or (indirect parameter "clusterwide") the whole cluster."""
+    scope = ["-A"] if getattr(request, "param", None) == "clusterwide" else ["-n"]
     namespace = f"rbac-{len(request.node.name)}-{int(time.monotonic() * 1000) % 100000}"
+    scope = [*scope, namespace] if scope == ["-n"] else scope
     admin("create", "namespace", namespace)
     admin("create", "serviceaccount", SERVICE_ACCOUNT, "-n", namespace)
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "default"}}
@@ -113,8 +130,9 @@ def setup(admin: Kubectl, tmp_path: Path, request: pytest.FixtureRequest) -> dic
 
     printed = subprocess.run(
         [
-            *(sys.executable, "-m", "trioperator", "rbac", str(operator), "-n", namespace),
+            *(sys.executable, "-m", "trioperator", "rbac", str(operator), *scope),
             *("--crd", str(EXAMPLES / "crd.yaml"), "--service-account", SERVICE_ACCOUNT),
+            *("--service-account-namespace", namespace),
             *("--name", f"op-{namespace}"),
         ],
         capture_output=True,
@@ -134,6 +152,7 @@ def setup(admin: Kubectl, tmp_path: Path, request: pytest.FixtureRequest) -> dic
     kubeconfig.write_text(yaml.safe_dump(config))
     return {
         "namespace": namespace,
+        "scope": scope,
         "operator": operator,
         "manifests": manifests,
         "kubeconfig": kubeconfig,
@@ -178,7 +197,7 @@ def _apply(
 def _start(setup: dict[str, Any]) -> OperatorProcess:
     env = {**os.environ, "KUBECONFIG": str(setup["kubeconfig"]), "PYTHONUNBUFFERED": "1"}
     command = [sys.executable, "-m", "trioperator", "run", "--verbose", str(setup["operator"])]
-    return OperatorProcess([*command, "-n", setup["namespace"]], env)
+    return OperatorProcess([*command, *setup["scope"]], env)
 
 
 def _object_life(admin: Kubectl, namespace: str, process: OperatorProcess) -> None:
@@ -203,12 +222,18 @@ def _object_life(admin: Kubectl, namespace: str, process: OperatorProcess) -> No
     admin("wait", "--for=delete", "kopfexample/kopf-example-1", "-n", namespace, "--timeout=30s")
 
 
+@pytest.mark.parametrize(
+    ("setup", "expected"),
+    [("namespaced", RULES), ("clusterwide", RULES_CLUSTERWIDE)],
+    indirect=["setup"],
+    ids=["namespaced", "clusterwide"],
+)
 def test_the_printed_rules_are_enough_for_an_objects_whole_life(
-    admin: Kubectl, setup: dict[str, Any]
+    admin: Kubectl, setup: dict[str, Any], expected: dict[tuple[str, str, str], list[str]]
 ) -> None:
     manifests, namespace = setup["manifests"], setup["namespace"]
-    assert _rules(manifests) == RULES
-    grant = ("Role", "kopf.dev", "kopfexamples")
+    assert _rules(manifests) == expected
+    grant = ("Role" if "-n" in setup["scope"] else "ClusterRole", "kopf.dev", "kopfexamples")
     _apply(admin, manifests, setup["user"], grant, "patch", allowed=True, namespace=namespace)
     process = _start(setup)
     try:
