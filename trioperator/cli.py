@@ -24,8 +24,18 @@ import trio
 import yaml
 from cyclopts import App, Parameter
 
-from trioperator._client.credentials import Vault
+from trioperator._client.api import APIClient
+from trioperator._client.config import (
+    ConfigError,
+    kubeconfig_exists,
+    load_kubeconfig,
+    load_service_account,
+)
+from trioperator._client.credentials import LoginError, Vault
+from trioperator._client.discovery import scan_resources
+from trioperator._client.errors import APIConnectionError, APIError
 from trioperator._client.resources import Resource
+from trioperator._client.settings import NetworkingSettings
 from trioperator._engine.builtin_resources import BUILTIN_RESOURCES, resources_from_crd
 from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.namespaces import parse_namespace_options
@@ -211,6 +221,7 @@ def rbac(
         bool, Parameter(name=["-A", "--all-namespaces"], negative="")
     ] = False,
     crd: Annotated[list[str] | None, Parameter(name="--crd")] = None,
+    discover: Annotated[bool, Parameter(negative="")] = False,
     standalone: Annotated[bool, Parameter(negative="")] = False,
     managed_webhooks: bool = True,
     service_account: str = "trioperator",
@@ -236,6 +247,9 @@ def rbac(
     crd
         YAML files with the CustomResourceDefinitions the handlers use (repeatable); built-in
         Kubernetes resources are known without.
+    discover
+        Ask the cluster (the kubeconfig, or the pod's service account) which resources it
+        serves, instead of (or besides) --crd files.
     standalone
         The operator will run with --standalone: no peering rules.
     managed_webhooks
@@ -254,6 +268,8 @@ def rbac(
     known: set[Resource] = set(BUILTIN_RESOURCES)
     for path in crd or []:
         known.update(_read_crds(path))
+    if discover:
+        known.update(trio.run(_discover_resources))
     registry = OperatorRegistry()
     previous = get_default_registry()
     set_default_registry(registry)
@@ -283,6 +299,25 @@ def rbac(
         yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, explicit_start=True), end=""
     )
     return 0
+
+
+DISCOVERY_TIMEOUT = 60.0
+"""Seconds for ``rbac --discover`` to read the cluster's discovery documents."""
+
+
+async def _discover_resources() -> list[Resource]:
+    """The resources the cluster serves, with the credentials ``trioperator run`` would find
+    first without login handlers: the kubeconfig, else the pod's service account."""
+    try:
+        info = load_kubeconfig() if kubeconfig_exists() else load_service_account()
+        if info is None:
+            raise UsageError("--discover: no kubeconfig and no in-cluster service account.")
+        settings = NetworkingSettings(error_backoffs=())  # fail fast: a person is waiting
+        with trio.fail_after(DISCOVERY_TIMEOUT):
+            async with APIClient(Vault({"rbac": info}), settings) as api:
+                return await scan_resources(api)
+    except (ConfigError, APIError, APIConnectionError, LoginError, trio.TooSlowError) as exc:
+        raise UsageError(f"--discover: cannot read the cluster's resources: {exc!r}") from None
 
 
 class _ManifestDumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML has no stubs here

@@ -281,3 +281,22 @@ def test_without_any_one_rule_the_log_says_what_is_forbidden(
     lines = [line for line in process.lines if FORBIDDEN.search(line) and plural in line]
     assert lines, process.output[-6000:]
     print(f"\n{resource}: {lines[0]}")
+
+
+def test_discovery_finds_what_the_crd_files_describe(
+    kubeconfig: Path, example_crd: None, tmp_path: Path
+) -> None:
+    # On the shared API server (the CRD is there): asking it gives the same rules as the file.
+    operator = tmp_path / "operator.py"
+    operator.write_text(OPERATOR)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+
+    def printed(*args: str) -> list[Any]:
+        command = [sys.executable, "-m", "trioperator", "rbac", str(operator), "-n", "x", *args]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+    discovered = printed("--discover")
+    assert _rules(discovered) == RULES
+    assert discovered == printed("--crd", str(EXAMPLES / "crd.yaml"))

@@ -337,3 +337,12 @@ def test_the_container_environment_does_not_confuse_rbac(
     code, docs, err = _rbac(argv, capsys)
     assert code == 0, err
     assert [doc["kind"] for doc in docs] == ["ClusterRole", "ClusterRoleBinding"]
+
+
+def test_discovery_without_a_cluster_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
+    code, _, err = _rbac([str(EXAMPLES / "01-minimal" / "example.py"), "--discover"], capsys)
+    assert code == 2
+    assert "--discover: cannot read the cluster's resources" in err
