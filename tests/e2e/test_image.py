@@ -94,8 +94,7 @@ def image(image_archive: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     rootfs = tmp_path_factory.mktemp("image") / "rootfs"
     rootfs.mkdir()
     config = unpack(image_archive, rootfs)
-    # Runtimes create a missing working directory.
-    (rootfs / config["WorkingDir"].lstrip("/")).mkdir(parents=True, exist_ok=True)
+    assert (rootfs / config["WorkingDir"].lstrip("/")).is_dir()
     return rootfs, config
 
 
