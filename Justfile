@@ -45,3 +45,11 @@ demo:
 # benchmarks against Kopf on the local kube-apiserver
 bench *ARGS:
     python benchmarks/run.py {{ARGS}}
+
+# the container image as an OCI archive in dist/ (buildah + Debian packages; no Docker daemon)
+image *ARGS:
+    scripts/build-image {{ARGS}}
+
+# build the image, run its entrypoint against the local kube-apiserver (as PID 1, chrooted)
+image-test: image cluster-up
+    python -m pytest -m e2e tests/e2e/test_image.py

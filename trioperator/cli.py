@@ -1,5 +1,6 @@
 """The command line: ``trioperator run [FILES...] [-m MODULE...] [options]``, and
-``trioperator freeze``/``resume`` to pause and resume the operators of a peering by hand.
+``trioperator freeze``/``resume`` to pause and resume the operators of a peering by hand, and
+``trioperator rbac`` (the RBAC manifests the same handlers need).
 
 Options follow Kopf's (``kopf run``); every option can also come from an environment variable
 ``TRIOPERATOR_<OPTION>`` (e.g. ``TRIOPERATOR_VERBOSE=true``). Wrong or conflicting options are
@@ -22,20 +23,28 @@ from typing import Annotated, Literal
 
 import cyclopts
 import trio
+import yaml
 from cyclopts import App, Parameter
 
 from trioperator._client.api import APIClient
 from trioperator._client.config import (
     ConfigError,
+    kubeconfig_exists,
+    load_kubeconfig,
+    load_service_account,
     login_with_kubeconfig,
     login_with_service_account,
 )
 from trioperator._client.credentials import LoginError, Vault
+from trioperator._client.discovery import scan_resources
 from trioperator._client.errors import APIConnectionError, APIError
+from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
+from trioperator._engine.builtin_resources import BUILTIN_RESOURCES, resources_from_crd
 from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.namespaces import parse_namespace_options
 from trioperator._engine.peering import DEV_PRIORITY, detect_own_id
+from trioperator._engine.rbac import RBACError, build_manifests, required_permissions
 from trioperator._engine.registry import (
     OperatorRegistry,
     get_default_registry,
@@ -424,6 +433,148 @@ async def _touch(
             clusterwide=clusterwide,
             namespaces=namespaces,
         )
+
+
+@app.command
+def rbac(
+    paths: list[str] | None = None,
+    /,
+    *,
+    module: Annotated[list[str] | None, Parameter(name=["-m", "--module"])] = None,
+    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
+    all_namespaces: Annotated[
+        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
+    ] = False,
+    crd: Annotated[list[str] | None, Parameter(name="--crd")] = None,
+    discover: Annotated[bool, Parameter(negative="")] = False,
+    standalone: Annotated[bool, Parameter(negative="")] = False,
+    managed_webhooks: bool = True,
+    service_account: str = "trioperator",
+    service_account_namespace: str | None = None,
+    name: str = "trioperator",
+) -> int:
+    """Print the least-privilege RBAC manifests the operator's handlers need (YAML).
+
+    The ClusterRole (and, with -n, a Role in each namespace) holds exactly what trioperator
+    requests for the registered handlers; each is bound to the service account. Rules for
+    what the handlers themselves do (e.g. create children) must be added by hand.
+
+    Parameters
+    ----------
+    paths
+        Python files with handlers, imported in order (as by ``trioperator run``).
+    module
+        Python modules with handlers.
+    namespace
+        A namespace the operator will serve (repeatable; names only, no globs): a Role each.
+    all_namespaces
+        The operator will serve the whole cluster (the default): one ClusterRole.
+    crd
+        YAML files with the CustomResourceDefinitions the handlers use (repeatable); built-in
+        Kubernetes resources are known without.
+    discover
+        Ask the cluster (the kubeconfig, or the pod's service account) which resources it
+        serves, instead of (or besides) --crd files.
+    standalone
+        The operator will run with --standalone: no peering rules.
+    managed_webhooks
+        Rules to manage the admission webhook configurations (when there are admission
+        handlers; turn off unless settings.admission.managed is set).
+    service_account
+        The name of the ServiceAccount to bind the roles to.
+    service_account_namespace
+        Its namespace (default: the first -n namespace, else "default").
+    name
+        The name of the ClusterRole, the Roles and the bindings.
+    """
+    namespaces = list(parse_namespace_options(namespace or []))
+    if namespaces and all_namespaces:
+        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    known: set[Resource] = set(BUILTIN_RESOURCES)
+    for path in crd or []:
+        known.update(_read_crds(path))
+    if discover:
+        known.update(trio.run(_discover_resources))
+    registry = OperatorRegistry()
+    previous = get_default_registry()
+    set_default_registry(registry)
+    try:
+        load(paths or [], module or [], registry=registry)
+    finally:
+        set_default_registry(previous)
+    settings = OperatorSettings()
+    settings.peering.standalone = standalone
+    settings.peering.clusterwide = not namespaces
+    settings.admission.managed = name if managed_webhooks else None
+    try:
+        permissions = required_permissions(registry, settings, known, namespaces=namespaces)
+    except RBACError as exc:
+        raise UsageError(str(exc)) from None
+    objects = build_manifests(
+        permissions,
+        name=name,
+        service_account=service_account,
+        service_account_namespace=service_account_namespace
+        or (str(namespaces[0]) if namespaces else "default"),
+    )
+    sources = " ".join([*(paths or []), *(f"-m {m}" for m in module or [])])
+    print(f"# Generated by `trioperator rbac` for {sources}: what trioperator requests itself.")
+    print("# Add the rules for what the handlers do on their own (e.g. creating children).")
+    print(
+        yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, explicit_start=True), end=""
+    )
+    return 0
+
+
+DISCOVERY_TIMEOUT = 60.0
+"""Seconds for ``rbac --discover`` to read the cluster's discovery documents."""
+
+
+async def _discover_resources() -> list[Resource]:
+    """The resources the cluster serves, with the credentials ``trioperator run`` would find
+    first without login handlers: the kubeconfig, else the pod's service account."""
+    try:
+        info = load_kubeconfig() if kubeconfig_exists() else load_service_account()
+        if info is None:
+            raise UsageError("--discover: no kubeconfig and no in-cluster service account.")
+        settings = NetworkingSettings(error_backoffs=())  # fail fast: a person is waiting
+        with trio.fail_after(DISCOVERY_TIMEOUT):
+            async with APIClient(Vault({"rbac": info}), settings) as api:
+                return await scan_resources(api)
+    except (ConfigError, APIError, APIConnectionError, LoginError, trio.TooSlowError) as exc:
+        raise UsageError(f"--discover: cannot read the cluster's resources: {exc!r}") from None
+
+
+class _ManifestDumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML has no stubs here
+    """Lists of plain strings in flow style (``verbs: [list, watch]``), as manifests are written."""
+
+    def represent_list(self, data: list[object]) -> yaml.Node:
+        flow = all(isinstance(item, str) for item in data)
+        return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_ManifestDumper.add_representer(list, _ManifestDumper.represent_list)
+
+
+def _read_crds(path: str) -> list[Resource]:
+    try:
+        with open(path, encoding="utf-8") as file:
+            documents = [doc for doc in yaml.safe_load_all(file) if doc]
+    except OSError as exc:
+        raise UsageError(f"Cannot read --crd {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--crd {path} is not valid YAML: {exc}") from None
+    resources: list[Resource] = []
+    for doc in documents:
+        if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+            continue  # other objects in the same file (e.g. a whole manifest set)
+        try:
+            resources.extend(resources_from_crd(doc))
+        except ValueError as exc:
+            raise UsageError(f"--crd {path}: {exc}") from None
+    if not resources:
+        raise UsageError(f"--crd {path} holds no CustomResourceDefinition.")
+    return resources
 
 
 async def _run_operator(operator: Operator, started: Callable[[Operator], object] | None) -> None:
