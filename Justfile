@@ -20,7 +20,7 @@ e2e *ARGS: cluster-up
 
 # the chaos tier: its own control plane (port 18443) killed, compacted, proxied (tests/chaos/RESULTS.md)
 chaos *ARGS:
-    python -m pytest -m chaos tests/chaos {{ARGS}}
+    python -m pytest -m chaos -o faulthandler_timeout=0 tests/chaos {{ARGS}}
 
 # ruff, strict mypy and the import-layer contracts
 lint:
