@@ -278,6 +278,8 @@ class Case:
     handler_seconds: float = 0.05
     expected: dict[str, int | None] = field(default_factory=dict)
     """name -> the last spec value written, or ``None`` once deleted."""
+    title: str = ""
+    """The case's name in the results table."""
     owed_deletions: set[str] = field(default_factory=set)
     """Objects that had the operator's finalizer when deleted: their handler must run."""
     runs: list[OperatorRun] = field(default_factory=list)
@@ -553,8 +555,8 @@ class Case:
         recovery = f"{recovered_in:.1f} s" if recovered_in is not None else "n/a"
         with RESULTS.open("a") as out:
             out.write(
-                f"| {self.name} | {fault} | {objects} | {lost - expect_lost} | {causes}"
-                f" | {recovery} | {self.peak_rss_mb():.0f} MiB |\n"
+                f"| {self.title or self.name} | {fault} | {objects} | {lost - expect_lost}"
+                f" | {causes} | {recovery} | {self.peak_rss_mb():.0f} MiB |\n"
             )
         assert code == 0, f"exit code {code}:\n{self.output()[-3000:]}"
         if not expect_errors:  # errors are logged with their tracebacks
@@ -570,6 +572,7 @@ def case(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterato
     workdir = STATE / "cases" / f"{name}-{uuid.uuid4().hex[:6]}"
     workdir.mkdir(parents=True)
     chaos = Case(control_plane, name, workdir)
+    chaos.title = request.node.name.removeprefix("test_").replace("_", " ")
     try:
         yield chaos
     finally:

@@ -23,6 +23,15 @@ def test_operator_sigkilled_mid_handler_and_restarted(case: Case) -> None:
 
     case.burst(OBJECTS, during=kill)
     done = case.wait_handled()
+    # Each kill interrupted handlers: runs that started in a killed process and never ended.
+    records = case.records()
+    ended = {(r["pid"], r["handler"], r["name"]) for r in records if r["event"] == "done"}
+    interrupted = [
+        r
+        for r in records
+        if r["event"] == "start" and (r["pid"], r["handler"], r["name"]) not in ended
+    ]
+    assert {r["pid"] for r in interrupted} == case.killed
     case.wait_liveness(200)
     case.finish(
         f"operator SIGKILLed {len(case.killed)}x mid-handler, restarted",
