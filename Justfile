@@ -6,17 +6,21 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 default:
     @just --list
 
-# every test tier: unit, integration, contract and e2e (starts the local kube-apiserver if needed)
+# every test tier but chaos: unit, integration, contract and e2e (starts the local kube-apiserver if needed)
 test *ARGS:
-    python -m pytest {{ARGS}}
+    python -m pytest -m "not chaos" {{ARGS}}
 
 # only the fast tiers (no kube-apiserver)
 test-fast *ARGS:
-    python -m pytest -m "not e2e" {{ARGS}}
+    python -m pytest -m "not e2e and not chaos" {{ARGS}}
 
 # only the end-to-end tier against the real local kube-apiserver
 e2e *ARGS: cluster-up
     python -m pytest -m e2e {{ARGS}}
+
+# the chaos tier: its own control plane (port 18443) killed, compacted, proxied (tests/chaos/RESULTS.md)
+chaos *ARGS:
+    python -m pytest -m chaos -o faulthandler_timeout=0 tests/chaos {{ARGS}}
 
 # ruff, strict mypy and the import-layer contracts
 lint:

@@ -254,6 +254,10 @@ async def _watch_once(
                 logger=log,
             ) as lines:
                 established = True
+                # The server answered: a sign of life, as a line is. A quiet resource gets
+                # nothing else between reconnections; an attempt nobody answers (the API server
+                # is down, the connection hangs) is no sign of life, however often repeated.
+                health.touch()
                 async for line in lines:
                     health.touch()
                     if inactivity is not None:

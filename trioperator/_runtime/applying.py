@@ -1,10 +1,16 @@
 """The patch applier: everything one processing cycle produced, in the fewest API calls.
 
-Order: (1) merge-patch of the body, (2) merge-patch of the ``status`` subresource when the
-resource has one, (3) a JSON-patch built from the transformation functions against the
-freshest body we know, guarded by a ``test`` of ``metadata.resourceVersion`` (so a concurrent
-change makes it fail with 422 instead of overwriting someone else's edit). On 422 the
+Order: (1) merge-patch of the ``status`` subresource when the resource has one, (2) merge-patch
+of the body, (3) a JSON-patch built from the transformation functions against the freshest body
+we know, guarded by a ``test`` of ``metadata.resourceVersion`` (so a concurrent change makes it
+fail with 422 instead of overwriting someone else's edit), again status first. On 422 the
 functions are kept and retried on the next cycle, against the newer state.
+
+Why the status goes first: the status holds the handlers' results, the body holds the marks
+that say "handled" (the diff-base annotation, the progress annotations, the finalizer). If the
+process dies between the two writes, results without the mark only make the next operator run
+the handler again (at-least-once); the mark without the results would be a handler run lost for
+good. Without a status subresource, everything is one merge-patch and the question never arises.
 """
 
 from __future__ import annotations
@@ -65,16 +71,16 @@ async def apply_patch(
     # The patches' reprs are built only when they are shown (they cost as much as the JSON).
     debug = logger.isEnabledFor(logging.DEBUG)
     try:
-        if body_patch:
-            if debug:
-                logger.debug(f"Patching with: {body_patch!r}")
-            freshest = await api.patch(resource, namespace=namespace, name=name, payload=body_patch)
         if status_patch:
             if debug:
                 logger.debug(f"Patching the status with: {status_patch!r}")
             freshest = await api.patch(
                 resource, namespace=namespace, name=name, payload=status_patch, subresource="status"
             )
+        if body_patch:
+            if debug:
+                logger.debug(f"Patching with: {body_patch!r}")
+            freshest = await api.patch(resource, namespace=namespace, name=name, payload=body_patch)
         if patch.fns:
             rv = (freshest.get("metadata") or {}).get("resourceVersion")
             ops = build_json_patch(freshest, patch.fns, resource_version=rv)
@@ -82,17 +88,7 @@ async def apply_patch(
                 split_json_patch_status(ops) if "status" in resource.subresources else (ops, [])
             )
             try:
-                if main_ops:
-                    if debug:
-                        logger.debug(f"Patching with JSON-patch: {main_ops!r}")
-                    freshest = await api.patch(
-                        resource, namespace=namespace, name=name, payload=main_ops, json_patch=True
-                    )
                 if status_ops:
-                    if main_ops and status_ops[0].get("op") == "test":
-                        # The first part changed the version: guard against later changes only.
-                        new_rv = (freshest.get("metadata") or {}).get("resourceVersion")
-                        status_ops[0] = {**status_ops[0], "value": new_rv}
                     if debug:
                         logger.debug(f"Patching the status with JSON-patch: {status_ops!r}")
                     freshest = await api.patch(
@@ -102,6 +98,16 @@ async def apply_patch(
                         payload=status_ops,
                         json_patch=True,
                         subresource="status",
+                    )
+                if main_ops:
+                    if status_ops and main_ops[0].get("op") == "test":
+                        # The first part changed the version: guard against later changes only.
+                        new_rv = (freshest.get("metadata") or {}).get("resourceVersion")
+                        main_ops[0] = {**main_ops[0], "value": new_rv}
+                    if debug:
+                        logger.debug(f"Patching with JSON-patch: {main_ops!r}")
+                    freshest = await api.patch(
+                        resource, namespace=namespace, name=name, payload=main_ops, json_patch=True
                     )
             except APIUnprocessableEntityError as exc:
                 logger.debug(

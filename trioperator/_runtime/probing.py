@@ -7,9 +7,11 @@ asked. A probe handler that fails makes it ``500`` with the error.
 Beyond Kopf: the endpoint also fails (``500``) when a watcher has died, or has stalled -- it
 is alive, but there has been no sign of progress from it for longer than its own inactivity
 timeout allows. A healthy watcher of a quiet resource may receive nothing for hours, but it
-reconnects every ``settings.watching.inactivity_timeout`` seconds, so a reconnection counts as
-progress too; a watcher that neither hears from the API server nor reconnects is stuck (e.g.
-in a hanging request or a blocked hand-over to its workers), and restarting it is the cure.
+reconnects every ``settings.watching.inactivity_timeout`` seconds, and the API server's answer
+to a reconnection is a sign of life too (``WatchHealth.touch()``). Reconnection attempts that
+nobody answers are not: a watcher that retries against a dead API server, whose requests hang
+(a stalled connection), or that is blocked in the hand-over to its workers is stuck, and the
+probe says so until the API server answers again.
 
 The ``500`` body says what is wrong, e.g.::
 
@@ -81,16 +83,17 @@ unnamed); a mapping or a collection is read anew on every request, so it may cha
 class WatchersMonitor:
     """Judges watchers as dead or stalled from their :class:`WatchHealth` signals.
 
-    Progress is any change of the signals: a line from the stream (``last_activity``), a
-    completed listing, a reconnection. Changes of the counters are only seen when looked at, so
-    each change is dated by the first look that saw it: never earlier than it happened, so a
-    watcher is never judged quieter than it really has been.
+    Progress is any change of the signals: a line from the stream or an answered watch request
+    (``last_activity``), a completed listing. Reconnections alone are not progress: against a
+    dead or hanging API server a watcher reconnects forever. Changes of the counter are only
+    seen when looked at, so each change is dated by the first look that saw it: never earlier
+    than it happened, so a watcher is never judged quieter than it really has been.
     """
 
     def __init__(self, settings: OperatorSettings) -> None:
         self.settings = settings
-        # id(health) -> (the object itself, to detect id reuse; its counters; when first seen).
-        self._seen: dict[int, tuple[WatchHealth, tuple[int, int], float]] = {}
+        # id(health) -> (the object itself, to detect id reuse; its listings; when first seen).
+        self._seen: dict[int, tuple[WatchHealth, int, float]] = {}
 
     def check(self, watchers: Mapping[str, WatchHealth]) -> ProbeHealth:
         now = trio.current_time()
@@ -99,9 +102,9 @@ class WatchersMonitor:
         if watching.inactivity_timeout is not None:
             limit = watching.inactivity_timeout + watching.reconnect_backoff + STALL_GRACE
         problems: dict[str, str] = {}
-        current: dict[int, tuple[WatchHealth, tuple[int, int], float]] = {}
+        current: dict[int, tuple[WatchHealth, int, float]] = {}
         for name, health in watchers.items():
-            counters = (health.listings, health.reconnects)
+            counters = health.listings
             previous = self._seen.get(id(health))
             if previous is None or previous[0] is not health or previous[1] != counters:
                 progressed_at = now

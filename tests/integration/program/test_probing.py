@@ -275,7 +275,8 @@ async def test_silent_watchers_are_stalled_after_their_inactivity_timeout(
 async def test_quiet_watchers_that_reconnect_are_healthy(
     autojump_clock: Any, start_liveness: Starter, settings: OperatorSettings
 ) -> None:
-    """A quiet resource sends nothing; its watcher reconnects every inactivity timeout."""
+    """A quiet resource sends nothing; its watcher reconnects every inactivity timeout, and the
+    API server answers each new watch request."""
     settings.watching.inactivity_timeout = 70
     health = WatchHealth()
     health.alive = True
@@ -285,6 +286,7 @@ async def test_quiet_watchers_that_reconnect_are_healthy(
         while True:
             await trio.sleep(70 + settings.watching.reconnect_backoff)
             health.reconnects += 1
+            health.touch()  # the answer to the new request
 
     client = await start_liveness(health={"w": health})
     async with trio.open_nursery() as nursery:
@@ -292,6 +294,31 @@ async def test_quiet_watchers_that_reconnect_are_healthy(
         for _ in range(60):  # 10 minutes, probed every 10 seconds (kubelet's default)
             assert (await client.get("/healthz")).status_code == 200
             await trio.sleep(10)
+        nursery.cancel_scope.cancel()
+
+
+async def test_unanswered_reconnections_are_no_progress(
+    autojump_clock: Any, start_liveness: Starter, settings: OperatorSettings
+) -> None:
+    """Against a dead API server a watcher retries forever: that is not a sign of life."""
+    settings.watching.inactivity_timeout = 70
+    health = WatchHealth()
+    health.alive = True
+    health.touch()
+
+    async def reconnect_in_vain() -> None:
+        while True:
+            await trio.sleep(5)
+            health.reconnects += 1
+
+    client = await start_liveness(health={"w": health})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reconnect_in_vain)
+        assert (await client.get("/healthz")).status_code == 200
+        await trio.sleep(70 + 0.1 + 10 + 1)
+        response = await client.get("/healthz")
+        assert response.status_code == 500
+        assert response.json()["watchers"]["w"].startswith("stalled")
         nursery.cancel_scope.cancel()
 
 
@@ -359,6 +386,44 @@ async def test_a_real_watcher_alive_stalled_and_dead(
     response = await client.get("/healthz")
     assert response.status_code == 500
     assert response.json()["watchers"] == {"configmaps in 'default'": "dead"}
+
+
+async def test_a_real_watcher_whose_requests_hang_is_stalled_until_answered(
+    autojump_clock: Any,
+    start_liveness: Starter,
+    api_client: APIClient,
+    fake_api: FakeAPI,
+    settings: OperatorSettings,
+) -> None:
+    """The API server accepts the watch requests and never answers (e.g. a stalled proxy)."""
+    settings.watching.inactivity_timeout = 5
+    resource = Resource(group="", version="v1", plural="configmaps", kind="ConfigMap")
+    health = WatchHealth()
+    client = await start_liveness(health={"configmaps in 'default'": health})
+    send, _receive = trio.open_memory_channel[WatchItem](100)
+    hanging = fake_api.inject("GET", "*configmaps*", delay=3600, times=None, watch=True)
+    async with trio.open_nursery() as nursery:
+        stream = partial(
+            stream_events,
+            api_client,
+            resource,
+            "default",
+            settings=settings.watching,
+            send=send,
+            health=health,
+        )
+        await nursery.start(stream)
+        assert (await client.get("/healthz")).status_code == 200
+        await trio.sleep(5 + 0.1 + 10 + 5)  # several reconnections in vain
+        response = await client.get("/healthz")
+        assert response.status_code == 500
+        assert response.json()["watchers"]["configmaps in 'default'"].startswith("stalled")
+        assert health.reconnects >= 3
+        # The API server answers again: healthy with the next reconnection, without any event.
+        fake_api.remove_injection(hanging)
+        await trio.sleep(5 + 1)
+        assert (await client.get("/healthz")).status_code == 200
+        nursery.cancel_scope.cancel()
 
 
 # ------------------------------------------------------------------------------ endpoints

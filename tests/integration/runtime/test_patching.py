@@ -47,8 +47,8 @@ async def test_handler_patches_and_results_go_into_one_cycle(
     # come back as an essential change (an update, here without handlers: just stored).
     methods = [(method, sub, type(body).__name__) for method, sub, body in running.writes()]
     assert methods == [
-        ("PATCH", "", "dict"),
         ("PATCH", "/status", "dict"),
+        ("PATCH", "", "dict"),
         ("PATCH", "", "list"),
         ("PATCH", "", "dict"),
     ]
