@@ -17,9 +17,11 @@ import pytest
 import trio
 import trustme
 from trio.testing import MockClock
-from trioperator._client.credentials import ConnectionInfo
-from trioperator._client.errors import APIConnectionError, APITimeoutError
+from trioperator._client.api import APIClient
+from trioperator._client.credentials import ConnectionInfo, Vault
+from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
 from trioperator._client.http import HTTPSession
+from trioperator._client.settings import NetworkingSettings
 
 # A handler gets the connection's number and a request reader; it answers and returns True to
 # keep the connection for the next request, or False to close it.
@@ -267,6 +269,54 @@ async def test_malformed_responses_are_clear_connection_errors(
             await http.request("GET", "/x")
     finally:
         await http.aclose()
+
+
+async def test_malformed_response_is_a_protocol_error_and_not_retried(
+    autojump_clock: MockClock, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def garbage(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        await read()
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n")
+        return False
+
+    server = await start_raw(nursery, garbage)
+    vault = Vault({"default": ConnectionInfo(server=server.url)})
+    async with APIClient(vault, NetworkingSettings()) as api:
+        with pytest.raises(APIProtocolError, match=r"^GET http://127\.0\.0\.1:\d+/x: malformed"):
+            await api.request("GET", "/x")
+    assert server.connections == 1  # one attempt: the same exchange would break the same way
+    assert not [r for r in caplog.records if "will retry" in r.getMessage()]
+
+
+async def test_request_framing_is_h11s_and_never_twofold(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    server = await start_raw(nursery, answer_ok)
+    http = session(server)
+    try:
+        await http.request("POST", "/a", content=b"12345")
+        await http.request("POST", "/b", content=b"")
+        await http.request("GET", "/c")
+        for name in ("Transfer-Encoding", "content-length", "Host"):
+            with pytest.raises(APIProtocolError, match=rf"cannot send the request: the {name} "):
+                await http.request("POST", "/d", content=b"x", headers={name: "chunked"})
+        await http.request("GET", "/e")  # the refused requests sent nothing and broke nothing
+    finally:
+        await http.aclose()
+    heads = [server_head(request) for request in server.requests]
+    assert [head[0] for head in heads] == [
+        "POST /a HTTP/1.1",
+        "POST /b HTTP/1.1",
+        "GET /c HTTP/1.1",
+        "GET /e HTTP/1.1",
+    ]
+    assert heads[0][1] == f"host: 127.0.0.1:{server.port}"  # h11 writes the Host first
+    assert "content-length: 5" in heads[0]
+    assert server.requests[0].endswith(b"\r\n\r\n12345")
+    assert "content-length: 0" in heads[1]
+    for head in heads:
+        assert not any(line.startswith("transfer-encoding:") for line in head)
+    assert not any(line.startswith("content-length:") for line in heads[2])
 
 
 async def test_bytes_after_a_response_are_not_read_as_the_next_response(
