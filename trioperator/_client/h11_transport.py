@@ -21,12 +21,14 @@ Design rules (each one a lesson of the library it replaces):
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import select
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Final, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import h11
 import trio
@@ -34,7 +36,7 @@ import trio
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
 from trioperator._client.tls_stream import TLSStream
 
-__all__ = ["Origin", "TransportPool", "TransportResponse"]
+__all__ = ["Origin", "Proxy", "TransportPool", "TransportResponse"]
 
 _READ_SIZE: Final = 65536
 _NO_TIMEOUT: Final = float("inf")
@@ -43,13 +45,63 @@ _T = TypeVar("_T")
 _FRAMING: Final = frozenset({"host", "content-length", "transfer-encoding"})
 
 
+class Proxy:
+    """An HTTP(S) proxy on the way to the origin.
+
+    ``https`` origins are reached through a tunnel (``CONNECT``), with TLS to the origin inside
+    it; ``http`` origins get their requests in absolute form, as HTTP proxies expect. The
+    credentials of the proxy URL are sent as ``Proxy-Authorization`` (Basic) and never shown:
+    ``url`` holds the proxy's address only.
+    """
+
+    __slots__ = ("authorization", "host", "port", "ssl_context", "tls", "url")
+
+    def __init__(self, url: str, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(
+                f"unsupported proxy URL scheme {scheme!r}: only http:// and https:// proxies"
+            )
+        self.tls = scheme == "https"
+        host = parts.hostname
+        if not host:
+            raise ValueError("the proxy URL has no host")
+        self.host = host
+        self.port = parts.port or (443 if self.tls else 80)  # a bad port raises ValueError
+        self.ssl_context = ssl_context if ssl_context is not None else _default_context(self.tls)
+        bracketed = f"[{host}]" if ":" in host else host
+        self.url = f"{scheme}://{bracketed}:{self.port}"
+        self.authorization: str | None = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            self.authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def _default_context(tls: bool) -> ssl.SSLContext | None:
+    # A TLS proxy is verified against the system's trust store, as any HTTPS server is.
+    return ssl.create_default_context() if tls else None
+
+
 class Origin:
     """Where the connections go: scheme, host, port, TLS settings and a path prefix.
 
     ``server_name`` is the TLS name to send (SNI) and to verify; by default the host.
+    ``proxy``, if any, is where the connections go instead, to reach the origin through it.
     """
 
-    __slots__ = ("host", "host_header", "port", "prefix", "server_name", "ssl_context", "tls")
+    __slots__ = (
+        "authority",
+        "host",
+        "host_header",
+        "port",
+        "prefix",
+        "proxy",
+        "server_name",
+        "ssl_context",
+        "target_base",
+        "tls",
+    )
 
     def __init__(
         self,
@@ -60,6 +112,7 @@ class Origin:
         prefix: str = "",
         ssl_context: ssl.SSLContext | None = None,
         server_name: str | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         if scheme not in ("http", "https"):
             raise ValueError(f"unsupported URL scheme {scheme!r}: only http and https")
@@ -74,8 +127,13 @@ class Origin:
         self.port = default_port if port is None else port
         bracketed = f"[{host}]" if ":" in host else host
         self.host_header = bracketed if self.port == default_port else f"{bracketed}:{self.port}"
+        self.authority = f"{bracketed}:{self.port}"  # for CONNECT: always with the port
         self.server_name = server_name or host
         self.prefix = prefix.rstrip("/")
+        self.proxy = proxy
+        # What goes before the path in the request line: an HTTP proxy needs the whole URL.
+        forwarded = proxy is not None and not self.tls
+        self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
 
 
 class TransportResponse:
@@ -210,6 +268,10 @@ class _Connection:
         or garbage, all the same: not reusable. One ``poll`` with no wait, no read.
         """
         stream = self.stream
+        if isinstance(stream, trio.SSLStream):
+            # TLS through a TLS proxy: what arrived shows on the outer stream (trio's stream
+            # holds nothing between calls but what OpenSSL buffered, which is not checked).
+            stream = stream.transport_stream
         try:
             if isinstance(stream, TLSStream):
                 if stream.pending():
@@ -238,6 +300,36 @@ def _close_quietly(stream: trio.abc.Stream) -> None:
         stream.close()
     elif isinstance(stream, trio.SocketStream):
         stream.socket.close()
+    elif isinstance(stream, trio.SSLStream):
+        _close_quietly(stream.transport_stream)  # TLS through a TLS proxy: the outer stream
+
+
+async def _open_tunnel(stream: trio.abc.Stream, origin: Origin, proxy: Proxy, what: str) -> None:
+    """Ask the proxy for a tunnel to the origin (``CONNECT``); raise unless it is open."""
+    conn = _Connection(stream)
+    conn.what = what
+    headers = [("Host", origin.authority)]
+    if proxy.authorization:
+        headers.append(("Proxy-Authorization", proxy.authorization))
+    h = conn.h11
+    request = h.send(h11.Request(method="CONNECT", target=origin.authority, headers=headers))
+    end = h.send(h11.EndOfMessage())
+    await conn.send((request or b"") + (end or b""))
+    while True:
+        event = await conn.next_event()
+        if type(event) is not h11.InformationalResponse:
+            break
+    if type(event) is not h11.Response:
+        raise conn.error(f"the proxy {proxy.url} closed the connection instead of a tunnel")
+    if not 200 <= event.status_code < 300:
+        reason = event.reason.decode("latin-1")
+        raise conn.error(
+            f"the proxy {proxy.url} refused the tunnel: HTTP {event.status_code} {reason}".rstrip()
+        )
+    if h.trailing_data[0]:
+        # The origin speaks only after the client's TLS hello: these bytes are the proxy's.
+        conn.close()
+        raise APIProtocolError(f"{what}: the proxy {proxy.url} sent data into the new tunnel")
 
 
 def _describe(exc: BaseException) -> str:
@@ -365,9 +457,12 @@ class TransportPool:
             if name.lower() in _FRAMING:
                 raise h11.LocalProtocolError(f"the {name} header is the transport's to set")
             items.append((name, value))
+        origin = self.origin
+        if origin.proxy is not None and not origin.tls and origin.proxy.authorization:
+            items.append(("Proxy-Authorization", origin.proxy.authorization))
         if content is not None:
             items.append(("Content-Length", str(len(content))))
-        request = h11.Request(method=method, target=self.origin.prefix + target, headers=items)
+        request = h11.Request(method=method, target=origin.target_base + target, headers=items)
         parts = [h.send(request)]
         if content:
             parts.append(h.send(h11.Data(data=content)))
@@ -406,21 +501,46 @@ class TransportPool:
 
     async def _connect(self, what: str, connect_timeout: float | None) -> _Connection:
         origin = self.origin
+        proxy = origin.proxy
+        # The outermost stream open so far: what to close if anything fails on the way.
         stream: trio.abc.Stream | None = None
         with trio.move_on_after(_NO_TIMEOUT if connect_timeout is None else connect_timeout):
             try:
-                tcp = await trio.open_tcp_stream(origin.host, origin.port)
+                host, port = (
+                    (origin.host, origin.port) if proxy is None else (proxy.host, proxy.port)
+                )
+                tcp = await trio.open_tcp_stream(host, port)
                 stream = tcp
-                if origin.tls:
-                    assert origin.ssl_context is not None
+                if proxy is not None and proxy.tls:
+                    assert proxy.ssl_context is not None
                     # The TLS stream takes the socket over; on failure it closes it itself.
                     stream = None
-                    stream = await TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                    stream = await TLSStream.wrap(tcp, proxy.ssl_context, proxy.host)
+                if proxy is not None and origin.tls:
+                    await _open_tunnel(stream, origin, proxy, what)
+                if origin.tls:
+                    assert origin.ssl_context is not None
+                    if isinstance(stream, trio.SocketStream):
+                        stream = None
+                        stream = await TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                    else:
+                        # TLS inside the TLS to a proxy: no socket of its own, so trio's stream.
+                        inner = trio.SSLStream(
+                            stream,
+                            origin.ssl_context,
+                            server_hostname=origin.server_name,
+                            https_compatible=True,
+                        )
+                        await inner.do_handshake()
+                        stream = inner
             except BaseException as exc:
                 if stream is not None:
                     _close_quietly(stream)
                 if isinstance(exc, (OSError, trio.BrokenResourceError, ssl.SSLError)):
-                    raise APIConnectionError(f"{what}: cannot connect: {_describe(exc)}") from exc
+                    via = "" if proxy is None else f" (through the proxy {proxy.url})"
+                    raise APIConnectionError(
+                        f"{what}: cannot connect{via}: {_describe(exc)}"
+                    ) from exc
                 raise
             return _Connection(stream)
         if stream is not None:

@@ -389,22 +389,28 @@ async def test_refused_connection_names_the_url(autojump_clock: MockClock) -> No
         await http.aclose()
 
 
-async def test_a_proxy_is_served_by_the_http_library_path(
+async def test_a_plain_http_server_is_reached_through_a_proxy_by_absolute_urls(
     autojump_clock: MockClock, nursery: trio.Nursery
 ) -> None:
-    # The lean client does not speak to proxies; with a proxy URL, the session keeps working
-    # through the HTTP library, which sends the absolute URL of the API server to the proxy.
+    # No tunnel for plain HTTP: the proxy gets the whole URL of the API server in each request
+    # line, and its own credentials (from the proxy URL) in Proxy-Authorization.
     proxy = await start_raw(nursery, answer_ok)
-    info = ConnectionInfo(server="http://kube.invalid:1234", proxy_url=proxy.url, token="t")
+    proxy_url = f"http://me:secret@127.0.0.1:{proxy.port}"
+    info = ConnectionInfo(server="http://kube.invalid:1234/pre", proxy_url=proxy_url, token="t")
     http = HTTPSession(info)
     try:
         response = await http.request("GET", "/api", params={"watch": "1"})
+        await http.request("POST", "/api", content=b"{}")
     finally:
         await http.aclose()
     assert response.body == b'{"connection": 1}'
+    assert proxy.connections == 1
     head = server_head(proxy.requests[0])
-    assert head[0] == "GET http://kube.invalid:1234/api?watch=1 HTTP/1.1"
+    assert head[0] == "GET http://kube.invalid:1234/pre/api?watch=1 HTTP/1.1"
+    assert head[1] == "host: kube.invalid:1234"
     assert "authorization: Bearer t" in head
+    assert "proxy-authorization: Basic bWU6c2VjcmV0" in head  # me:secret
+    assert server_head(proxy.requests[1])[0] == "POST http://kube.invalid:1234/pre/api HTTP/1.1"
 
 
 def server_head(request: bytes) -> list[str]:
