@@ -26,11 +26,13 @@ import base64
 import contextlib
 import logging
 import math
+import netrc
+import os
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import trio
 
@@ -199,7 +201,28 @@ def _proxy_url(server: str, info: ConnectionInfo, trust_env: bool) -> str | None
     bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
     if bypass(parts.netloc.rpartition("@")[2], proxies):
         return None
-    return proxies.get(parts.scheme) or proxies.get("all") or None
+    proxy = proxies.get(parts.scheme) or proxies.get("all") or None
+    return None if proxy is None else _with_netrc_credentials(proxy)
+
+
+def _with_netrc_credentials(url: str) -> str:
+    """The proxy URL with the user and password of its host in ``~/.netrc`` (or ``$NETRC``),
+    unless it names its own: as HTTP clients with ``trust_env`` do."""
+    parts = urlsplit(url)
+    if parts.username is not None or not parts.hostname:
+        return url
+    try:
+        found = netrc.netrc(os.environ.get("NETRC") or None).authenticators(parts.hostname)
+    except FileNotFoundError:
+        return url
+    except (OSError, netrc.NetrcParseError) as exc:
+        logger.warning(f"Proxy credentials from netrc are ignored: {exc}")
+        return url
+    if found is None:
+        return url
+    login, _, password = found
+    userinfo = f"{quote(login, safe='')}:{quote(password or '', safe='')}@"
+    return parts._replace(netloc=userinfo + parts.netloc).geturl()
 
 
 def _origin(

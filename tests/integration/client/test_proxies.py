@@ -219,3 +219,24 @@ async def test_an_unusable_proxy_url_fails_each_request_clearly_and_is_not_retri
             await api.request("GET", "/api")
     assert not [r for r in caplog.records if "will retry" in r.getMessage()]
     assert api_server.requests == []
+
+
+async def test_environment_proxy_credentials_from_netrc(
+    autojump_clock: MockClock,
+    nursery: trio.Nursery,
+    api_server,
+    ca: trustme.CA,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path,
+) -> None:
+    proxy = await start_proxy(nursery, TunnelProxy(password="from-netrc"))
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text("machine 127.0.0.1 login me password from-netrc\n")
+    netrc_file.chmod(0o600)
+    for name in ("https_proxy", "no_proxy", "NO_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    monkeypatch.setenv("NETRC", str(netrc_file))
+    async with session(cluster(api_server, ca), trust_env=True) as http:
+        assert (await http.request("GET", "/api")).status == 200
+    assert proxy.tunnels == 1
