@@ -1,10 +1,12 @@
-"""A lean HTTP/1.1 client on trio streams and h11: the transport behind :class:`HTTPSession`.
+"""The HTTP/1.1 client on trio streams and h11: the one transport behind :class:`HTTPSession`.
 
-Why not the general-purpose HTTP library: under trio it spent ~4.5 ms of CPU for two small
-requests (pool bookkeeping, layers of async generators, TLS wrappers), more than the operator's
-own logic. This module does only what talking to one API server needs: one origin, keep-alive
+Why not a general-purpose HTTP library: under trio, httpx2 spends about three times the CPU
+per small request (pool bookkeeping, layers of async generators, TLS wrappers), more than the
+operator's own logic; ``benchmarks/bench_http.py`` measures both. This module does only what
+talking to one API server needs: one origin (directly, or through an HTTP(S) proxy), keep-alive
 connections in a LIFO list, requests with a fully known body, responses read whole or streamed.
-``benchmarks/bench_http.py`` measures both.
+The protocol is h11's alone: it writes every request (head and framing) and parses every
+response; nothing here writes or reads HTTP by hand. TLS is :mod:`.tls_stream`'s.
 
 Design rules (each one a lesson of the library it replaces):
 
@@ -16,7 +18,8 @@ Design rules (each one a lesson of the library it replaces):
   is written to it, and another one is taken. A request that was written is never repeated
   here: it may have reached the server; retrying is the API client's decision.
 - Failures without an HTTP response come out as ``APIConnectionError`` or ``APITimeoutError``
-  whose message starts with the request (method and URL).
+  whose message starts with the request (method and URL); a response that breaks the protocol
+  (or a request h11 refuses to send) as ``APIProtocolError``, which is not retried.
 """
 
 from __future__ import annotations
