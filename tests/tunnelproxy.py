@@ -44,7 +44,8 @@ class TunnelProxy:
         conn = h11.Connection(h11.SERVER)
         while (event := conn.next_event()) is h11.NEED_DATA:
             conn.receive_data(await stream.receive_some(65536))
-        assert isinstance(event, h11.Request)
+        if not isinstance(event, h11.Request):
+            return  # the client hung up without asking anything
         headers = {k.decode().lower(): v.decode() for k, v in event.headers}
         target = event.target.decode()
         self.asked.append((event.method.decode() + " " + target, headers))

@@ -539,6 +539,8 @@ class TransportPool:
             except BaseException as exc:
                 if stream is not None:
                     _close_quietly(stream)
+                if isinstance(exc, h11.LocalProtocolError):  # e.g. a host h11 cannot send
+                    raise APIProtocolError(f"{what}: cannot ask for a tunnel: {exc}") from exc
                 if isinstance(exc, (OSError, trio.BrokenResourceError, ssl.SSLError)):
                     via = "" if proxy is None else f" (through the proxy {proxy.url})"
                     raise APIConnectionError(

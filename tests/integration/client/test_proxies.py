@@ -177,3 +177,14 @@ async def test_environment_proxy_credentials_from_netrc(
     async with session(cluster(api_server, ca), trust_env=True) as http:
         assert (await http.request("GET", "/api")).status == 200
     assert proxy.tunnels == 1
+
+
+async def test_a_tunnel_h11_cannot_ask_for_is_a_protocol_error(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    proxy = await start_proxy(nursery, TunnelProxy())
+    info = ConnectionInfo(server="https://bad host:6443", proxy_url=proxy.url)
+    async with session(info) as http:
+        with pytest.raises(APIProtocolError, match=r"^GET https://bad host:6443/api: cannot ask"):
+            await http.request("GET", "/api")
+    assert proxy.asked == []  # nothing malformed was sent
