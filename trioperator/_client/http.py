@@ -9,7 +9,7 @@ an HTTP response come out as :class:`~trioperator._client.errors.APIConnectionEr
 The implementation is the HTTP/1.1 client of :mod:`~trioperator._client.h11_transport`
 (trio streams, h11 for the protocol, :mod:`~trioperator._client.tls_stream` for TLS), for direct
 connections and through HTTP(S) proxies alike: for the small JSON requests of an operator it
-costs about half the CPU of the general-purpose library (``benchmarks/bench_http.py``).
+costs about a third of the CPU per request of httpx2 (``benchmarks/bench_http.py``).
 
 Proxies: the kubeconfig's ``proxy-url``, or with ``trust_env`` the environment's
 ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` (read as Python's ``urllib`` does).
