@@ -300,6 +300,8 @@ async def test_request_framing_is_h11s_and_never_twofold(
         for name in ("Transfer-Encoding", "content-length", "Host"):
             with pytest.raises(APIProtocolError, match=rf"cannot send the request: the {name} "):
                 await http.request("POST", "/d", content=b"x", headers={name: "chunked"})
+        with pytest.raises(APIProtocolError, match="cannot send the request: Illegal header"):
+            await http.request("GET", "/d", headers={"X-Injected": "a\r\nX-Other: b"})
         await http.request("GET", "/e")  # the refused requests sent nothing and broke nothing
     finally:
         await http.aclose()
