@@ -8,7 +8,7 @@ noisy machine it is far steadier than throughput. Variants:
 
 - ``httpx2``: httpx2's AsyncClient under trio as ``trioperator/_client/http.py`` configured it
   before #6 (a 32-connection pool, a trio semaphore in front);
-- ``h11``: the lean client of ``trioperator/_client/h11_transport.py`` (trio streams + h11, a
+- ``h11``: the client of ``trioperator/_client/h11_transport.py`` (trio streams + h11, a
   LIFO keep-alive pool), the same semaphore in front;
 - ``httpx2-h2``: httpx2 over HTTP/2 (needs the ``h2`` package; skipped without it);
 - ``session``: trioperator's own ``HTTPSession``, whatever it uses today.
@@ -326,7 +326,7 @@ _SCRATCH = tempfile.TemporaryDirectory(prefix="bench-http-")
 
 
 async def writer_main(args: argparse.Namespace) -> None:
-    """The child of the watch phase: n merge-patches with the lean client."""
+    """The child of the watch phase: n merge-patches with trioperator's client."""
     cluster = load_cluster(kubeconfig(args), tmp_dir=_SCRATCH.name)
     namespace = args.writer
     async with h11_client(cluster) as (patch, _):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import trio
@@ -21,6 +23,7 @@ from trioperator._client.settings import NetworkingSettings, WatchingSettings
 from trioperator._client.watching import LISTED, WatchItem, stream_events
 
 from tests.e2e.conftest import Kubectl
+from tests.tunnelproxy import TunnelProxy, start_proxy
 
 KOPFEXAMPLES = Resource(
     group="kopf.dev",
@@ -196,3 +199,44 @@ async def test_missing_objects_are_a_typed_404(
 
 def test_kubectl_sees_what_the_client_made(kubectl: Kubectl) -> None:
     assert "default" in kubectl("get", "namespaces", "-o", "name")
+
+
+async def test_list_watch_and_patch_through_a_connect_proxy(
+    example_crd: None, kubeconfig: Path, namespace: str, nursery: trio.Nursery
+) -> None:
+    """The kubeconfig's proxy-url: every request and the watch go through CONNECT tunnels."""
+    proxy = await start_proxy(nursery, TunnelProxy())
+    info = dataclasses.replace(load_kubeconfig(str(kubeconfig)), proxy_url=proxy.url)
+    async with APIClient(Vault({"proxied": info}), NetworkingSettings()) as api:
+        await api.create(KOPFEXAMPLES, namespace=namespace, body=_obj("proxied", a=1))
+        send, receive = trio.open_memory_channel[WatchItem](math.inf)
+        seen: list[tuple[str | None, Any]] = []
+        async with trio.open_nursery() as watcher:
+            watcher.start_soon(
+                partial(
+                    stream_events,
+                    api,
+                    KOPFEXAMPLES,
+                    namespace,
+                    settings=WatchingSettings(),
+                    send=send,
+                )
+            )
+            with trio.fail_after(30):
+                async for item in receive:
+                    if item is LISTED:
+                        await api.patch(
+                            KOPFEXAMPLES,
+                            namespace=namespace,
+                            name="proxied",
+                            payload={"spec": {"a": 2}},
+                        )
+                        continue
+                    seen.append((item["type"], item["object"]["spec"]["a"]))
+                    if item["type"] == "MODIFIED":
+                        break
+            watcher.cancel_scope.cancel()
+    assert seen == [(None, 1), ("MODIFIED", 2)]
+    server = urlsplit(info.server)
+    assert proxy.tunnels >= 2  # the regular requests' connection(s) and the watch's own
+    assert {asked for asked, _ in proxy.asked} == {f"CONNECT {server.hostname}:{server.port}"}

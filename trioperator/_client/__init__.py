@@ -1,5 +1,5 @@
 """The Kubernetes API client.
 
-This is the only layer that talks HTTP, and only ``_client/http.py`` imports the HTTP library,
-so the measured best implementation of the httpx API can be swapped in one place.
+This is the only layer that talks HTTP: ``_client/h11_transport.py`` (h11 on trio streams, TLS
+from ``_client/tls_stream.py``) behind the small interface of ``_client/http.py``.
 """

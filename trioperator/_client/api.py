@@ -31,6 +31,7 @@ from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APIGoneError,
+    APIProtocolError,
     APIServerError,
     APITooManyRequestsError,
     APIUnauthorizedError,
@@ -90,6 +91,8 @@ _LIST_RESTARTS = 3
 
 
 def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, APIProtocolError):
+        return False  # the same exchange would break the same way
     return isinstance(exc, APIConnectionError | APIServerError | APITooManyRequestsError)
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "APIForbiddenError",
     "APIGoneError",
     "APINotFoundError",
+    "APIProtocolError",
     "APIServerError",
     "APITimeoutError",
     "APITooManyRequestsError",
@@ -142,6 +143,15 @@ class APIServerError(APIError):
 
 class APIConnectionError(Exception):
     """No (complete) HTTP response: connection refused/reset, TLS failure, protocol breakage."""
+
+
+class APIProtocolError(APIConnectionError):
+    """The HTTP exchange itself broke the protocol: a malformed response, or an unsendable request.
+
+    Not retried: the same request to the same server would break the same way, and the retries
+    would only hide the cause. A subclass of :class:`APIConnectionError` so that code handling
+    "no usable response" still sees it as one.
+    """
 
 
 class APITimeoutError(APIConnectionError, TimeoutError):

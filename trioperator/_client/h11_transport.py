@@ -1,10 +1,12 @@
-"""A lean HTTP/1.1 client on trio streams and h11: the transport behind :class:`HTTPSession`.
+"""The HTTP/1.1 client on trio streams and h11: the one transport behind :class:`HTTPSession`.
 
-Why not the general-purpose HTTP library: under trio it spent ~4.5 ms of CPU for two small
-requests (pool bookkeeping, layers of async generators, TLS wrappers), more than the operator's
-own logic. This module does only what talking to one API server needs: one origin, keep-alive
+Why not a general-purpose HTTP library: under trio, httpx2 spends about three times the CPU
+per small request (pool bookkeeping, layers of async generators, TLS wrappers), more than the
+operator's own logic; ``benchmarks/bench_http.py`` measures both. This module does only what
+talking to one API server needs: one origin (directly, or through an HTTP(S) proxy), keep-alive
 connections in a LIFO list, requests with a fully known body, responses read whole or streamed.
-``benchmarks/bench_http.py`` measures both.
+The protocol is h11's alone: it writes every request (head and framing) and parses every
+response; nothing here writes or reads HTTP by hand. TLS is :mod:`.tls_stream`'s.
 
 Design rules (each one a lesson of the library it replaces):
 
@@ -16,44 +18,93 @@ Design rules (each one a lesson of the library it replaces):
   is written to it, and another one is taken. A request that was written is never repeated
   here: it may have reached the server; retrying is the API client's decision.
 - Failures without an HTTP response come out as ``APIConnectionError`` or ``APITimeoutError``
-  whose message starts with the request (method and URL).
+  whose message starts with the request (method and URL); a response that breaks the protocol
+  (or a request h11 refuses to send) as ``APIProtocolError``, which is not retried.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
-import functools
-import os
 import select
-import socket as stdlib_socket
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Final, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import h11
 import trio
 
-from trioperator._client.errors import APIConnectionError, APITimeoutError
+from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
+from trioperator._client.tls_stream import TLSStream
 
-__all__ = ["Origin", "TransportPool", "TransportResponse"]
+__all__ = ["Origin", "Proxy", "TransportPool", "TransportResponse"]
 
 _READ_SIZE: Final = 65536
 _NO_TIMEOUT: Final = float("inf")
 _T = TypeVar("_T")
-# Headers that h11 must see to frame the request (or that it rewrites when normalising).
+# Headers that frame a request: set by the transport only.
 _FRAMING: Final = frozenset({"host", "content-length", "transfer-encoding"})
-_UNCACHEABLE: Final = b"\0"  # a marker: these headers go through h11 on every request
-_MAX_HEADER_BLOCKS: Final = 32
+
+
+class Proxy:
+    """An HTTP(S) proxy on the way to the origin.
+
+    ``https`` origins are reached through a tunnel (``CONNECT``), with TLS to the origin inside
+    it; ``http`` origins get their requests in absolute form, as HTTP proxies expect. The
+    credentials of the proxy URL are sent as ``Proxy-Authorization`` (Basic) and never shown:
+    ``url`` holds the proxy's address only.
+    """
+
+    __slots__ = ("authorization", "host", "port", "ssl_context", "tls", "url")
+
+    def __init__(self, url: str, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(
+                f"unsupported proxy URL scheme {scheme!r}: only http:// and https:// proxies"
+            )
+        self.tls = scheme == "https"
+        host = parts.hostname
+        if not host:
+            raise ValueError("the proxy URL has no host")
+        self.host = host
+        self.port = parts.port or (443 if self.tls else 80)  # a bad port raises ValueError
+        self.ssl_context = ssl_context if ssl_context is not None else _default_context(self.tls)
+        bracketed = f"[{host}]" if ":" in host else host
+        self.url = f"{scheme}://{bracketed}:{self.port}"
+        self.authorization: str | None = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            self.authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def _default_context(tls: bool) -> ssl.SSLContext | None:
+    # A TLS proxy is verified against the system's trust store, as any HTTPS server is.
+    return ssl.create_default_context() if tls else None
 
 
 class Origin:
     """Where the connections go: scheme, host, port, TLS settings and a path prefix.
 
     ``server_name`` is the TLS name to send (SNI) and to verify; by default the host.
+    ``proxy``, if any, is where the connections go instead, to reach the origin through it.
     """
 
-    __slots__ = ("host", "host_header", "port", "prefix", "server_name", "ssl_context", "tls")
+    __slots__ = (
+        "authority",
+        "host",
+        "host_header",
+        "port",
+        "prefix",
+        "proxy",
+        "server_name",
+        "ssl_context",
+        "target_base",
+        "tls",
+    )
 
     def __init__(
         self,
@@ -64,6 +115,7 @@ class Origin:
         prefix: str = "",
         ssl_context: ssl.SSLContext | None = None,
         server_name: str | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         if scheme not in ("http", "https"):
             raise ValueError(f"unsupported URL scheme {scheme!r}: only http and https")
@@ -78,8 +130,13 @@ class Origin:
         self.port = default_port if port is None else port
         bracketed = f"[{host}]" if ":" in host else host
         self.host_header = bracketed if self.port == default_port else f"{bracketed}:{self.port}"
+        self.authority = f"{bracketed}:{self.port}"  # for CONNECT: always with the port
         self.server_name = server_name or host
         self.prefix = prefix.rstrip("/")
+        self.proxy = proxy
+        # What goes before the path in the request line: an HTTP proxy needs the whole URL.
+        forwarded = proxy is not None and not self.tls
+        self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
 
 
 class TransportResponse:
@@ -146,7 +203,8 @@ def _decompress(decoder: zlib._Decompress, data: bytes, conn: _Connection) -> by
     try:
         return decoder.decompress(data)
     except zlib.error as exc:
-        raise conn.error(f"malformed compressed body: {exc}") from exc
+        conn.close()
+        raise APIProtocolError(f"{conn.what}: malformed compressed body: {exc}") from exc
 
 
 def _decoder_for(encoding: str | None) -> zlib._Decompress | None:
@@ -188,7 +246,8 @@ class _Connection:
                 elif state is h11.SEND_BODY and self.eof:
                     text = "the server closed the connection: the body ended prematurely"
                 else:
-                    text = f"malformed HTTP response: {exc}"
+                    self.close()
+                    raise APIProtocolError(f"{self.what}: malformed HTTP response: {exc}") from exc
                 raise self.error(text) from exc
             if event is not h11.NEED_DATA:
                 return event
@@ -212,8 +271,16 @@ class _Connection:
         or garbage, all the same: not reusable. One ``poll`` with no wait, no read.
         """
         stream = self.stream
+        if isinstance(stream, trio.SSLStream):
+            # TLS through a TLS proxy: what arrived shows on the outer stream (trio's stream
+            # holds nothing between calls but what OpenSSL buffered, which is not checked).
+            stream = stream.transport_stream
         try:
-            if isinstance(stream, (_TLSStream, trio.SocketStream)):
+            if isinstance(stream, TLSStream):
+                if stream.pending():
+                    return True
+                fd = stream.socket.fileno()
+            elif isinstance(stream, trio.SocketStream):
                 fd = stream.socket.fileno()
             else:
                 return True
@@ -232,143 +299,40 @@ class _Connection:
 
 
 def _close_quietly(stream: trio.abc.Stream) -> None:
-    if isinstance(stream, _TLSStream):
+    if isinstance(stream, TLSStream):
         stream.close()
     elif isinstance(stream, trio.SocketStream):
         stream.socket.close()
+    elif isinstance(stream, trio.SSLStream):
+        _close_quietly(stream.transport_stream)  # TLS through a TLS proxy: the outer stream
 
 
-class _EndOfStream(Exception):
-    """Held by :class:`_TLSStream` to give the end of the stream at the next read."""
-
-
-class _TLSStream(trio.abc.Stream):
-    """TLS on a non-blocking ``ssl.SSLSocket``, waiting for the socket with trio.
-
-    Why not ``trio.SSLStream``: it runs TLS in memory buffers and moves every byte through a
-    second stream, with a lock and a retry loop per call, so each read or write took several
-    trips through the scheduler; here a read or write is one attempt on the socket, and a
-    wait for it only if OpenSSL needs the network (either way round: TLS may need to write
-    to read, or read to write). As ``trio.SSLStream(https_compatible=True)``, a TCP close
-    without TLS close_notify reads as an end of stream (``suppress_ragged_eofs``).
-    """
-
-    __slots__ = ("_held", "socket")
-
-    def __init__(self, sock: ssl.SSLSocket) -> None:
-        self.socket = sock
-        # What ended a read after some data was read already: given at the next read.
-        self._held: BaseException | None = None
-
-    @classmethod
-    async def wrap(
-        cls, tcp: trio.SocketStream, context: ssl.SSLContext, server_name: str
-    ) -> _TLSStream:
-        """Take over the socket of ``tcp`` (connected) and do the TLS handshake on it."""
-        trio_socket = tcp.socket
-        family, kind, proto = trio_socket.family, trio_socket.type, trio_socket.proto
-        fd = trio_socket.detach()
-        try:
-            raw = stdlib_socket.socket(family, kind, proto, fileno=fd)
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            raw.setblocking(False)
-            sock = context.wrap_socket(
-                raw,
-                server_hostname=server_name,
-                do_handshake_on_connect=False,
-                suppress_ragged_eofs=True,
-            )
-        except BaseException:
-            raw.close()
-            raise
-        stream = cls(sock)
-        try:
-            await stream._retry(sock.do_handshake)
-        except BaseException:
-            stream.close()
-            raise
-        return stream
-
-    async def _retry(self, operation: Callable[[], _T]) -> _T:
-        """Run a non-blocking TLS operation until it is done: one scheduler trip if no wait."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        sock = self.socket
-        waited = False
-        while True:
-            try:
-                result = operation()
-            except ssl.SSLWantReadError:
-                await trio.lowlevel.wait_readable(sock)
-            except ssl.SSLWantWriteError:
-                await trio.lowlevel.wait_writable(sock)
-            else:
-                break
-            waited = True
-        if not waited:  # a wait is a schedule point already; else, be one as trio's streams are
-            await trio.lowlevel.cancel_shielded_checkpoint()
-        return result
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        size = _READ_SIZE if max_bytes is None else max_bytes
-        held, self._held = self._held, None
-        if held is not None:
-            await trio.lowlevel.checkpoint()
-            if isinstance(held, _EndOfStream):
-                return b""
-            raise held
-        sock = self.socket
-        data = await self._retry(functools.partial(sock.recv, size))
-        if not data or len(data) >= size:
-            return data
-        # One read gives one TLS record, and the server sends every watch event (or a piece
-        # of a long body) as a record of its own: the records already received are read now,
-        # together, rather than each one with a trip through the scheduler and the parsers.
-        parts = [data]
-        room = size - len(data)
-        while room > 0:
-            try:
-                more = sock.recv(room)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                break  # nothing more for now
-            except OSError as exc:
-                self._held = exc  # after the data read before it, as it happened
-                break
-            if not more:
-                self._held = _EndOfStream()  # the end comes after the data, as it did
-                break
-            parts.append(more)
-            room -= len(more)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        view = memoryview(data)
-        while view:
-            # Without partial writes (OpenSSL's default), a send is all or a "want": a
-            # retry after the wait sends the same bytes again, as OpenSSL requires.
-            sent = await self._retry(functools.partial(self.socket.send, view))
-            view = view[sent:]
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.wait_writable(self.socket)
-
-    def close(self) -> None:
-        """Close the socket now: no TLS close_notify (nobody reads it), no waiting."""
-        sock = self.socket
-        try:
-            if sock.fileno() >= 0:
-                # Tasks waiting on the socket (none, normally) must be woken before it closes.
-                trio.lowlevel.notify_closing(sock)
-        except RuntimeError:
-            pass  # not in trio (e.g. at interpreter exit): nobody can be waiting then
-        finally:
-            sock.close()
-
-    async def aclose(self) -> None:
-        self.close()
-        await trio.lowlevel.checkpoint()
+async def _open_tunnel(stream: trio.abc.Stream, origin: Origin, proxy: Proxy, what: str) -> None:
+    """Ask the proxy for a tunnel to the origin (``CONNECT``); raise unless it is open."""
+    conn = _Connection(stream)
+    conn.what = what
+    headers = [("Host", origin.authority)]
+    if proxy.authorization:
+        headers.append(("Proxy-Authorization", proxy.authorization))
+    h = conn.h11
+    request = h.send(h11.Request(method="CONNECT", target=origin.authority, headers=headers))
+    end = h.send(h11.EndOfMessage())
+    await conn.send((request or b"") + (end or b""))
+    while True:
+        event = await conn.next_event()
+        if type(event) is not h11.InformationalResponse:
+            break
+    if type(event) is not h11.Response:
+        raise conn.error(f"the proxy {proxy.url} closed the connection instead of a tunnel")
+    if not 200 <= event.status_code < 300:
+        reason = event.reason.decode("latin-1")
+        raise conn.error(
+            f"the proxy {proxy.url} refused the tunnel: HTTP {event.status_code} {reason}".rstrip()
+        )
+    if h.trailing_data[0]:
+        # The origin speaks only after the client's TLS hello: these bytes are the proxy's.
+        conn.close()
+        raise APIProtocolError(f"{what}: the proxy {proxy.url} sent data into the new tunnel")
 
 
 def _describe(exc: BaseException) -> str:
@@ -393,8 +357,6 @@ class TransportPool:
         self.keepalive_expiry = keepalive_expiry
         self._idle: list[_Connection] = []
         self._closed = False
-        # Serialised header lines by the headers of the requests (see _serialize).
-        self._header_blocks: dict[tuple[tuple[str, str], ...], bytes] = {}
 
     @property
     def idle_connections(self) -> int:
@@ -457,7 +419,7 @@ class TransportPool:
             try:
                 data = self._serialize(conn.h11, method, target, headers, content)
             except h11.LocalProtocolError as exc:
-                raise APIConnectionError(f"{what}: cannot send the request: {exc}") from exc
+                raise APIProtocolError(f"{what}: cannot send the request: {exc}") from exc
             # One write: the whole request in one TCP segment (or TLS record) when it fits.
             await conn.send(data)
             while True:
@@ -486,54 +448,29 @@ class TransportPool:
         headers: Mapping[str, str],
         content: bytes | None,
     ) -> bytes:
-        """The request's bytes, with ``h`` moved to waiting for the response.
+        """The request's bytes as h11 writes them, with ``h`` moved to waiting for the response.
 
-        h11 validates and serialises every header of every request, which cost more than a
-        third of a small request's client-side CPU; but the headers are nearly always the
-        session's own, the same from request to request. So the header lines (all but the
-        framing) are validated and serialised once per distinct set, in h11's own format, and
-        h11 gets a request with only the framing headers: it still checks the method and
-        target, and knows how the body and the response are framed.
+        The framing is the transport's alone: the body (always fully known) goes with its
+        ``Content-Length``, and a caller's own ``Content-Length``, ``Transfer-Encoding`` or
+        ``Host`` is refused, since h11 would send it next to ours (e.g. both a length and
+        chunking, which servers and proxies may read differently). h11 validates the rest.
         """
-        items = tuple(headers.items())
-        block = self._header_blocks.get(items)
-        if block is None:
-            block = self._header_block(items)
-        full_target = self.origin.prefix + target
-        framing = [("Host", self.origin.host_header)]
-        if block is _UNCACHEABLE:
-            # Framing headers of the caller's own: h11 sees (and judges) all of them.
-            framing.extend(items)
-            block = b""
+        items: list[tuple[str, str]] = [("Host", self.origin.host_header)]
+        for name, value in headers.items():
+            if name.lower() in _FRAMING:
+                raise h11.LocalProtocolError(f"the {name} header is the transport's to set")
+            items.append((name, value))
+        origin = self.origin
+        if origin.proxy is not None and not origin.tls and origin.proxy.authorization:
+            items.append(("Proxy-Authorization", origin.proxy.authorization))
         if content is not None:
-            framing.append(("Content-Length", str(len(content))))
-        request = h11.Request(method=method, target=full_target, headers=framing)
-        h.send(request)  # For its state only: the bytes below are h11's plus the header block.
-        lines = [b"%s %s HTTP/1.1\r\n" % (request.method, request.target)]
-        for name, value in request.headers.raw_items():
-            lines.append(b"%s: %s\r\n" % (name, value))
-            if name == b"Host":
-                lines.append(block)  # h11 writes Host first, then the rest in order.
-        lines.append(b"\r\n")
+            items.append(("Content-Length", str(len(content))))
+        request = h11.Request(method=method, target=origin.target_base + target, headers=items)
+        parts = [h.send(request)]
         if content:
-            h.send(h11.Data(data=content))
-            lines.append(content)
-        h.send(h11.EndOfMessage())
-        return b"".join(lines)
-
-    def _header_block(self, items: tuple[tuple[str, str], ...]) -> bytes:
-        """Validate the header lines (h11's rules) and serialise them as h11 does; cache them."""
-        if any(name.lower() in _FRAMING for name, _ in items):
-            return _UNCACHEABLE
-        # The Host is in for h11 to reject a second one, as it would in the full request.
-        validated = h11.Request(
-            method="GET", target="/", headers=[("Host", self.origin.host_header), *items]
-        ).headers.raw_items()
-        block = b"".join(b"%s: %s\r\n" % (name, value) for name, value in validated[1:])
-        if len(self._header_blocks) >= _MAX_HEADER_BLOCKS:
-            self._header_blocks.clear()  # e.g. many rotated tokens: never grow without bound
-        self._header_blocks[items] = block
-        return block
+            parts.append(h.send(h11.Data(data=content)))
+        parts.append(h.send(h11.EndOfMessage()))
+        return b"".join(part for part in parts if part)
 
     def _take(self) -> _Connection | None:
         idle = self._idle
@@ -567,21 +504,48 @@ class TransportPool:
 
     async def _connect(self, what: str, connect_timeout: float | None) -> _Connection:
         origin = self.origin
+        proxy = origin.proxy
+        # The outermost stream open so far: what to close if anything fails on the way.
         stream: trio.abc.Stream | None = None
         with trio.move_on_after(_NO_TIMEOUT if connect_timeout is None else connect_timeout):
             try:
-                tcp = await trio.open_tcp_stream(origin.host, origin.port)
+                host, port = (
+                    (origin.host, origin.port) if proxy is None else (proxy.host, proxy.port)
+                )
+                tcp = await trio.open_tcp_stream(host, port)
                 stream = tcp
-                if origin.tls:
-                    assert origin.ssl_context is not None
+                if proxy is not None and proxy.tls:
+                    assert proxy.ssl_context is not None
                     # The TLS stream takes the socket over; on failure it closes it itself.
                     stream = None
-                    stream = await _TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                    stream = await TLSStream.wrap(tcp, proxy.ssl_context, proxy.host)
+                if proxy is not None and origin.tls:
+                    await _open_tunnel(stream, origin, proxy, what)
+                if origin.tls:
+                    assert origin.ssl_context is not None
+                    if isinstance(stream, trio.SocketStream):
+                        stream = None
+                        stream = await TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                    else:
+                        # TLS inside the TLS to a proxy: no socket of its own, so trio's stream.
+                        inner = trio.SSLStream(
+                            stream,
+                            origin.ssl_context,
+                            server_hostname=origin.server_name,
+                            https_compatible=True,
+                        )
+                        await inner.do_handshake()
+                        stream = inner
             except BaseException as exc:
                 if stream is not None:
                     _close_quietly(stream)
+                if isinstance(exc, h11.LocalProtocolError):  # e.g. a host h11 cannot send
+                    raise APIProtocolError(f"{what}: cannot ask for a tunnel: {exc}") from exc
                 if isinstance(exc, (OSError, trio.BrokenResourceError, ssl.SSLError)):
-                    raise APIConnectionError(f"{what}: cannot connect: {_describe(exc)}") from exc
+                    via = "" if proxy is None else f" (through the proxy {proxy.url})"
+                    raise APIConnectionError(
+                        f"{what}: cannot connect{via}: {_describe(exc)}"
+                    ) from exc
                 raise
             return _Connection(stream)
         if stream is not None:

@@ -6,14 +6,15 @@ Everything above this module sees a small, library-independent interface:
 an HTTP response come out as :class:`~trioperator._client.errors.APIConnectionError` (or
 :class:`~trioperator._client.errors.APITimeoutError`); no type of the HTTP library leaks out.
 
-Two implementations sit behind it. The default is the lean HTTP/1.1 client of
-:mod:`~trioperator._client.h11_transport` (trio streams + h11): for the small JSON requests of an
-operator it costs less than half the CPU of the general-purpose library (issue #6,
-``benchmarks/bench_http.py``). The httpx API (served by the httpx2 fork, DESIGN.md §7) remains
-for what the lean client does not do: proxies, and ``trust_env`` (proxy and CA settings taken
-from the environment). Only this module imports httpx2.
+The implementation is the HTTP/1.1 client of :mod:`~trioperator._client.h11_transport`
+(trio streams, h11 for the protocol, :mod:`~trioperator._client.tls_stream` for TLS), for direct
+connections and through HTTP(S) proxies alike: for the small JSON requests of an operator it
+costs about a third of the CPU per request of httpx2 (``benchmarks/bench_http.py``).
 
-Timeouts: the library enforces only the connect timeout (it knows when a TCP/TLS handshake is
+Proxies: the kubeconfig's ``proxy-url``, or with ``trust_env`` the environment's
+``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` (read as Python's ``urllib`` does).
+
+Timeouts: the transport enforces only the connect timeout (it knows when a TCP/TLS handshake is
 happening); the total deadline of a regular request is a trio cancel scope, so it follows the
 trio clock (MockClock in tests) and cancels cleanly. Streams get no library read timeout at all:
 the watcher bounds them with its own scopes (inactivity, client timeout).
@@ -25,18 +26,20 @@ import base64
 import contextlib
 import logging
 import math
+import netrc
+import os
 import ssl
+import urllib.request
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Protocol
+from urllib.parse import quote, urlencode, urlsplit
 
-import httpx2 as httpx
 import trio
 
 from trioperator._client.credentials import ConnectionInfo
-from trioperator._client.errors import APIConnectionError, APITimeoutError
-from trioperator._client.h11_transport import Origin, TransportPool
-from trioperator._client.tls import build_ssl_context
+from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
+from trioperator._client.h11_transport import Origin, Proxy, TransportPool
+from trioperator._client.tls import build_proxy_ssl_context, build_ssl_context
 from trioperator._version import __version__
 from trioperator._wire.watch import LineSplitter
 
@@ -53,32 +56,16 @@ logger = logging.getLogger(__name__)
 
 USER_AGENT = f"trioperator/{__version__}"
 
-# Regular requests: bounded, so a burst of workers cannot open thousands of sockets; the
-# keep-alive allowance equals the limit, so a busy operator does not churn TLS handshakes.
 MAX_CONCURRENT_REQUESTS = 32
 """Regular requests in flight at once per credentials; the rest wait in a trio semaphore.
 
-The HTTP library's pool rescans its whole queue of waiting requests on every state change,
-so letting hundreds of workers' requests queue inside it costs quadratic CPU in a burst
-(benchmarks/: ~60% of the operator's CPU). A trio semaphore in front keeps that queue short
-and is O(1) per request; the connection pool then matches it, so connections are reused."""
+Bounded, so a burst of workers cannot open thousands of sockets; the idle connections kept
+for reuse match it, so a busy operator reuses connections instead of churning handshakes.
+Watch streams hold their connection for minutes: they have their own, unbounded pool, so the
+101st watcher (or every patch behind 100 watchers) never waits for a free connection."""
 
 _KEEPALIVE_EXPIRY = 30.0
 _STREAM_KEEPALIVE = 10
-
-_REQUEST_LIMITS = httpx.Limits(
-    max_connections=MAX_CONCURRENT_REQUESTS,
-    max_keepalive_connections=MAX_CONCURRENT_REQUESTS,
-    keepalive_expiry=_KEEPALIVE_EXPIRY,
-)
-# Watch streams hold their connection for minutes. They get their own, unbounded pool: in a
-# shared bounded pool, the 101st watcher (or every patch behind 100 watchers) would wait for a
-# free connection forever -- the silent "operator stopped reacting" failure.
-_STREAM_LIMITS = httpx.Limits(
-    max_connections=None,
-    max_keepalive_connections=_STREAM_KEEPALIVE,
-    keepalive_expiry=_KEEPALIVE_EXPIRY,
-)
 
 Params = Mapping[str, str] | None
 Headers = Mapping[str, str] | None
@@ -183,64 +170,10 @@ class _LineIterator:
             await self._body.unwind()
 
 
-class _HttpxBody:
-    """The body of an httpx response, as a :class:`_Body`."""
-
-    __slots__ = ("_chunks", "_response", "_what")
-
-    def __init__(self, response: httpx.Response, what: str) -> None:
-        self._response = response
-        self._what = what
-        self._chunks: AsyncIterator[bytes] | None = None
-
-    async def read(self) -> bytes:
-        try:
-            return await self._response.aread()
-        except httpx.RequestError as exc:
-            raise _connection_error(exc, self._what) from exc
-
-    async def receive_some(self) -> bytes | None:
-        if self._chunks is None:
-            self._chunks = self._response.aiter_bytes()
-        try:
-            return await anext(self._chunks)
-        except StopAsyncIteration:
-            return None
-        except httpx.RequestError as exc:
-            raise _connection_error(exc, self._what) from exc
-
-    async def unwind(self) -> None:
-        """Finish the library's byte iterator, when the body is abandoned before its end.
-
-        The library reads a body through several nested async generators; closing only the
-        outermost leaves the inner ones suspended, to be finalised later (with a warning) by
-        the garbage collector. One more pull under a cancelled scope makes the innermost read
-        raise ``Cancelled``, which finishes every generator of the chain, here and now. Only
-        data that is already buffered is consumed on the way.
-        """
-        chunks = self._chunks
-        if chunks is None:
-            return
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            try:
-                while True:
-                    await anext(chunks)
-            except (StopAsyncIteration, httpx.RequestError):
-                pass
-
-
-def _connection_error(exc: Exception, what: str) -> APIConnectionError:
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(f"{what}: {type(exc).__name__}: {text}")
-    return APIConnectionError(f"{what}: {type(exc).__name__}: {text}")
-
-
 def _target(path: str, params: Params) -> str:
     """The path and the query of a request."""
     if params:
-        return f"{path}?{httpx.QueryParams(dict(params))}"
+        return f"{path}?{urlencode(params)}"
     return path
 
 
@@ -255,23 +188,62 @@ def _auth_header(info: ConnectionInfo) -> str | None:
     return None
 
 
-def _lean_origin(url: str, info: ConnectionInfo, verify: ssl.SSLContext) -> Origin | None:
-    """Where the lean client connects, or None if this server needs the HTTP library."""
+def _proxy_url(server: str, info: ConnectionInfo, trust_env: bool) -> str | None:
+    """The proxy to the server: the configured one, or else the environment's if trusted."""
     if info.proxy_url:
-        return None  # the lean client does not speak to proxies (CONNECT, SOCKS).
-    try:
-        parts = urlsplit(url)
-        return Origin(
-            parts.scheme,
-            parts.hostname or "",
-            parts.port,
-            prefix=parts.path,
-            ssl_context=verify if parts.scheme == "https" else None,
-            server_name=info.tls_server_name,
-        )
-    except ValueError:
-        # An odd URL: the HTTP library reports it (or copes with it) as it always did.
+        return info.proxy_url
+    if not trust_env:
         return None
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(server)
+    # The host with its port, if any: NO_PROXY entries may name either.
+    # (stdlib, but missing from the type stubs)
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if bypass(parts.netloc.rpartition("@")[2], proxies):
+        return None
+    proxy = proxies.get(parts.scheme) or proxies.get("all") or None
+    return None if proxy is None else _with_netrc_credentials(proxy)
+
+
+def _with_netrc_credentials(url: str) -> str:
+    """The proxy URL with the user and password of its host in ``~/.netrc`` (or ``$NETRC``),
+    unless it names its own: as HTTP clients with ``trust_env`` do."""
+    parts = urlsplit(url)
+    if parts.username is not None or not parts.hostname:
+        return url
+    try:
+        found = netrc.netrc(os.environ.get("NETRC") or None).authenticators(parts.hostname)
+    except FileNotFoundError:
+        return url
+    except (OSError, netrc.NetrcParseError) as exc:
+        logger.warning(f"Proxy credentials from netrc are ignored: {exc}")
+        return url
+    if found is None:
+        return url
+    login, _, password = found
+    userinfo = f"{quote(login, safe='')}:{quote(password or '', safe='')}@"
+    return parts._replace(netloc=userinfo + parts.netloc).geturl()
+
+
+def _origin(
+    url: str, info: ConnectionInfo, verify: ssl.SSLContext | None, proxy_url: str | None
+) -> Origin:
+    """Where the connections go; ValueError for a URL that cannot be used."""
+    parts = urlsplit(url)
+    return Origin(
+        parts.scheme,
+        parts.hostname or "",
+        parts.port,
+        prefix=parts.path,
+        ssl_context=verify,
+        server_name=info.tls_server_name,
+        proxy=None if proxy_url is None else _proxy(proxy_url, info),
+    )
+
+
+def _proxy(url: str, info: ConnectionInfo) -> Proxy:
+    tls = urlsplit(url).scheme.lower() == "https"
+    return Proxy(url, ssl_context=build_proxy_ssl_context(info) if tls else None)
 
 
 class HTTPSession:
@@ -288,29 +260,25 @@ class HTTPSession:
         authorization = _auth_header(info)
         if authorization is not None:
             headers["Authorization"] = authorization
-        # The TLS name to send and verify, when it differs from the host in the URL (e.g. a
-        # server reached by IP address through a tunnel); httpcore reads this per request.
-        self._extensions: dict[str, Any] = {}
-        if info.tls_server_name:
-            self._extensions["sni_hostname"] = info.tls_server_name
-        # One TLS context shared by both pools. Building it loads CA certificates, which is
-        # slow; for plain-HTTP servers (tests, local proxies) a bare context is enough: it
-        # trusts nothing, so it can never verify anything by mistake.
-        tls_needed = trust_env or any(
-            url.startswith("https:") for url in (self.base_url, info.proxy_url or "")
-        )
-        if tls_needed:
-            verify = build_ssl_context(info)
+        # Compressed responses: the API server gzips large lists only (>128 KiB), where the
+        # bytes saved are worth the CPU.
+        headers["Accept-Encoding"] = "gzip"
+        self._headers = headers
+        self._header_names = {name.lower() for name in headers}
+        # Building a TLS context loads CA certificates, which is slow; for plain-HTTP servers
+        # (tests, local proxies) there is none.
+        verify = build_ssl_context(info) if self.base_url.startswith("https:") else None
+        # Both pools share one origin. A URL that cannot be used fails every request with
+        # the reason (not retried: it stays unusable), rather than the session's creation.
+        self._pools: tuple[TransportPool, TransportPool] | None = None
+        self._unusable: str | None = None
+        try:
+            proxy_url = _proxy_url(self.base_url, info, trust_env)
+            origin = _origin(self.base_url, info, verify, proxy_url)
+        except ValueError as exc:
+            self._unusable = str(exc)
         else:
-            verify = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        # The lean client unless the environment may configure proxies or CAs (trust_env),
-        # which only the HTTP library knows how to read.
-        origin = None if trust_env else _lean_origin(self.base_url, info, verify)
-        self._lean: tuple[TransportPool, TransportPool] | None = None
-        self._requests: httpx.AsyncClient | None = None
-        self._streams: httpx.AsyncClient | None = None
-        if origin is not None:
-            self._lean = (
+            self._pools = (
                 TransportPool(
                     origin, max_idle=MAX_CONCURRENT_REQUESTS, keepalive_expiry=_KEEPALIVE_EXPIRY
                 ),
@@ -318,36 +286,10 @@ class HTTPSession:
                     origin, max_idle=_STREAM_KEEPALIVE, keepalive_expiry=_KEEPALIVE_EXPIRY
                 ),
             )
-            # Compressed responses, as the HTTP library asks for: the API server gzips large
-            # lists only (>128 KiB), where the bytes saved are worth the CPU.
-            headers["Accept-Encoding"] = "gzip"
-        else:
-            self._requests = self._make_client(verify, headers, _REQUEST_LIMITS, trust_env)
-            self._streams = self._make_client(verify, headers, _STREAM_LIMITS, trust_env)
-        self._headers = headers
-        self._header_names = {name.lower() for name in headers}
         self._slots = trio.Semaphore(MAX_CONCURRENT_REQUESTS)
         self._active = 0
         self._retired = False
         self._closed = False
-
-    def _make_client(
-        self,
-        verify: ssl.SSLContext,
-        headers: dict[str, str],
-        limits: httpx.Limits,
-        trust_env: bool,
-    ) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.base_url,
-            verify=verify,
-            headers=headers,
-            limits=limits,
-            proxy=self.info.proxy_url or None,
-            trust_env=trust_env,
-            timeout=httpx.Timeout(None),
-            follow_redirects=False,
-        )
 
     def url(self, path: str, params: Params = None) -> str:
         """The full URL of a request, for logs and error messages."""
@@ -384,34 +326,15 @@ class HTTPSession:
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
                 async with self._slots:
-                    if self._lean is not None:
-                        status, response_headers, body = await self._lean[0].request(
-                            method,
-                            target,
-                            what,
-                            headers=self._merged_headers(headers),
-                            content=content,
-                            connect_timeout=connect_timeout,
-                        )
-                        return HTTPResponse(status, response_headers, body)
-                    assert self._requests is not None
-                    try:
-                        response = await self._requests.request(
-                            method,
-                            path,
-                            params=params,
-                            content=content,
-                            headers=headers,
-                            timeout=httpx.Timeout(None, connect=connect_timeout),
-                            extensions=self._extensions,
-                        )
-                    except httpx.RequestError as exc:
-                        raise _connection_error(exc, what) from exc
-                return HTTPResponse(
-                    status=response.status_code,
-                    headers=dict(response.headers.items()),
-                    body=response.content,
-                )
+                    status, response_headers, body = await self._pools_for(what)[0].request(
+                        method,
+                        target,
+                        what,
+                        headers=self._merged_headers(headers),
+                        content=content,
+                        connect_timeout=connect_timeout,
+                    )
+                    return HTTPResponse(status, response_headers, body)
             assert scope.cancelled_caught
             raise APITimeoutError(f"{what}: no complete response in {timeout} seconds")
         finally:
@@ -435,46 +358,27 @@ class HTTPSession:
         what = f"{method} {self.base_url}{target}"
         self._enter(what)
         try:
-            if self._lean is not None:
-                async with self._lean[1].stream(
-                    method,
-                    target,
-                    what,
-                    headers=self._merged_headers(headers),
-                    connect_timeout=connect_timeout,
-                ) as lean:
-                    # An abandoned body needs no unwinding here: leaving this block closes the
-                    # connection unless the body was read to its end.
-                    stream = HTTPStream(lean.status, lean.headers, lean)
-                    try:
-                        yield stream
-                    finally:
-                        await stream._close()
-                return
-            assert self._streams is not None
-            async with self._streams.stream(
+            async with self._pools_for(what)[1].stream(
                 method,
-                path,
-                params=params,
-                headers=headers,
-                timeout=httpx.Timeout(None, connect=connect_timeout),
-                extensions=self._extensions,
+                target,
+                what,
+                headers=self._merged_headers(headers),
+                connect_timeout=connect_timeout,
             ) as response:
-                stream = HTTPStream(
-                    response.status_code,
-                    dict(response.headers.items()),
-                    _HttpxBody(response, what),
-                )
+                # An abandoned body needs no unwinding here: leaving this block closes the
+                # connection unless the body was read to its end.
+                stream = HTTPStream(response.status, response.headers, response)
                 try:
                     yield stream
                 finally:
                     await stream._close()
-        except httpx.RequestError as exc:
-            # Raised while connecting, or while closing. Errors of reading the body are
-            # converted where it is read, so nothing of the library leaks from the caller's block.
-            raise _connection_error(exc, what) from exc
         finally:
             await self._leave()
+
+    def _pools_for(self, what: str) -> tuple[TransportPool, TransportPool]:
+        if self._pools is None:
+            raise APIProtocolError(f"{what}: cannot connect: {self._unusable}")
+        return self._pools
 
     def _enter(self, what: str) -> None:
         if self._closed:
@@ -498,16 +402,10 @@ class HTTPSession:
         if self._closed:
             return
         self._closed = True
-        # Closing sockets must not be skipped because the caller is being cancelled.
-        if self._lean is not None:
-            for pool in self._lean:
+        # Closing needs no waiting: nothing to skip when the caller is being cancelled.
+        if self._pools is not None:
+            for pool in self._pools:
                 pool.aclose()
-            return
-        assert self._requests is not None
-        assert self._streams is not None
-        with trio.CancelScope(shield=True), trio.move_on_after(5):
-            await self._requests.aclose()
-            await self._streams.aclose()
 
 
 class SessionPool:

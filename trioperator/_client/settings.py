@@ -33,7 +33,8 @@ class NetworkingSettings:
     """If true, the server's ``Retry-After`` replaces every backoff; else only the shorter ones."""
 
     trust_env: bool = False
-    """Honour ``HTTP(S)_PROXY``, ``NO_PROXY`` and ``.netrc`` from the environment."""
+    """Honour ``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` and, for the proxy's credentials,
+    ``.netrc`` from the environment."""
 
 
 @dataclasses.dataclass

@@ -48,6 +48,22 @@ def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
     return context
 
 
+def build_proxy_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
+    """The TLS context for an ``https://`` proxy: the system's trust store and the cluster CA.
+
+    A proxy is not the cluster: it is usually certified as any server is, but may be one of
+    the cluster's own (certified by its CA). It never gets the client certificate, which is
+    for the API server alone, and is always verified.
+    """
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    if info.ca_path:
+        context.load_verify_locations(cafile=info.ca_path)
+    if info.ca_data:
+        cadata = info.ca_data.decode("ascii") if b"-----BEGIN" in info.ca_data else info.ca_data
+        context.load_verify_locations(cadata=cadata)
+    return context
+
+
 @contextlib.contextmanager
 def _temporary_file(data: bytes) -> Iterator[str]:
     """A private (0600) file holding ``data``, removed as soon as the block ends."""

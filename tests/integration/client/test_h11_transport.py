@@ -17,9 +17,11 @@ import pytest
 import trio
 import trustme
 from trio.testing import MockClock
-from trioperator._client.credentials import ConnectionInfo
-from trioperator._client.errors import APIConnectionError, APITimeoutError
+from trioperator._client.api import APIClient
+from trioperator._client.credentials import ConnectionInfo, Vault
+from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
 from trioperator._client.http import HTTPSession
+from trioperator._client.settings import NetworkingSettings
 
 # A handler gets the connection's number and a request reader; it answers and returns True to
 # keep the connection for the next request, or False to close it.
@@ -269,6 +271,56 @@ async def test_malformed_responses_are_clear_connection_errors(
         await http.aclose()
 
 
+async def test_malformed_response_is_a_protocol_error_and_not_retried(
+    autojump_clock: MockClock, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def garbage(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        await read()
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n")
+        return False
+
+    server = await start_raw(nursery, garbage)
+    vault = Vault({"default": ConnectionInfo(server=server.url)})
+    async with APIClient(vault, NetworkingSettings()) as api:
+        with pytest.raises(APIProtocolError, match=r"^GET http://127\.0\.0\.1:\d+/x: malformed"):
+            await api.request("GET", "/x")
+    assert server.connections == 1  # one attempt: the same exchange would break the same way
+    assert not [r for r in caplog.records if "will retry" in r.getMessage()]
+
+
+async def test_request_framing_is_h11s_and_never_twofold(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    server = await start_raw(nursery, answer_ok)
+    http = session(server)
+    try:
+        await http.request("POST", "/a", content=b"12345")
+        await http.request("POST", "/b", content=b"")
+        await http.request("GET", "/c")
+        for name in ("Transfer-Encoding", "content-length", "Host"):
+            with pytest.raises(APIProtocolError, match=rf"cannot send the request: the {name} "):
+                await http.request("POST", "/d", content=b"x", headers={name: "chunked"})
+        with pytest.raises(APIProtocolError, match="cannot send the request: Illegal header"):
+            await http.request("GET", "/d", headers={"X-Injected": "a\r\nX-Other: b"})
+        await http.request("GET", "/e")  # the refused requests sent nothing and broke nothing
+    finally:
+        await http.aclose()
+    heads = [server_head(request) for request in server.requests]
+    assert [head[0] for head in heads] == [
+        "POST /a HTTP/1.1",
+        "POST /b HTTP/1.1",
+        "GET /c HTTP/1.1",
+        "GET /e HTTP/1.1",
+    ]
+    assert heads[0][1] == f"host: 127.0.0.1:{server.port}"  # h11 writes the Host first
+    assert "content-length: 5" in heads[0]
+    assert server.requests[0].endswith(b"\r\n\r\n12345")
+    assert "content-length: 0" in heads[1]
+    for head in heads:
+        assert not any(line.startswith("transfer-encoding:") for line in head)
+    assert not any(line.startswith("content-length:") for line in heads[2])
+
+
 async def test_bytes_after_a_response_are_not_read_as_the_next_response(
     autojump_clock: MockClock, nursery: trio.Nursery
 ) -> None:
@@ -339,22 +391,28 @@ async def test_refused_connection_names_the_url(autojump_clock: MockClock) -> No
         await http.aclose()
 
 
-async def test_a_proxy_is_served_by_the_http_library_path(
+async def test_a_plain_http_server_is_reached_through_a_proxy_by_absolute_urls(
     autojump_clock: MockClock, nursery: trio.Nursery
 ) -> None:
-    # The lean client does not speak to proxies; with a proxy URL, the session keeps working
-    # through the HTTP library, which sends the absolute URL of the API server to the proxy.
+    # No tunnel for plain HTTP: the proxy gets the whole URL of the API server in each request
+    # line, and its own credentials (from the proxy URL) in Proxy-Authorization.
     proxy = await start_raw(nursery, answer_ok)
-    info = ConnectionInfo(server="http://kube.invalid:1234", proxy_url=proxy.url, token="t")
+    proxy_url = f"http://me:secret@127.0.0.1:{proxy.port}"
+    info = ConnectionInfo(server="http://kube.invalid:1234/pre", proxy_url=proxy_url, token="t")
     http = HTTPSession(info)
     try:
         response = await http.request("GET", "/api", params={"watch": "1"})
+        await http.request("POST", "/api", content=b"{}")
     finally:
         await http.aclose()
     assert response.body == b'{"connection": 1}'
+    assert proxy.connections == 1
     head = server_head(proxy.requests[0])
-    assert head[0] == "GET http://kube.invalid:1234/api?watch=1 HTTP/1.1"
+    assert head[0] == "GET http://kube.invalid:1234/pre/api?watch=1 HTTP/1.1"
+    assert head[1] == "host: kube.invalid:1234"
     assert "authorization: Bearer t" in head
+    assert "proxy-authorization: Basic bWU6c2VjcmV0" in head  # me:secret
+    assert server_head(proxy.requests[1])[0] == "POST http://kube.invalid:1234/pre/api HTTP/1.1"
 
 
 def server_head(request: bytes) -> list[str]:

@@ -1,0 +1,161 @@
+"""TLS for the HTTP transport (:mod:`~trioperator._client.h11_transport`): :class:`TLSStream`.
+
+Contexts are built in :mod:`~trioperator._client.tls`; this module only moves bytes through them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket as stdlib_socket
+import ssl
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+import trio
+
+__all__ = ["TLSStream"]
+
+_READ_SIZE: Final = 65536
+_T = TypeVar("_T")
+
+
+class _EndOfStream(Exception):
+    """Held by :class:`TLSStream` to give the end of the stream at the next read."""
+
+
+class TLSStream(trio.abc.Stream):
+    """TLS on a non-blocking ``ssl.SSLSocket``, waiting for the socket with trio.
+
+    Why not ``trio.SSLStream``: it runs TLS in memory buffers and moves every byte through a
+    second stream, with a lock and a retry loop per call, so each read or write took several
+    trips through the scheduler; here a read or write is one attempt on the socket, and a
+    wait for it only if OpenSSL needs the network (either way round: TLS may need to write
+    to read, or read to write). As ``trio.SSLStream(https_compatible=True)``, a TCP close
+    without TLS close_notify reads as an end of stream (``suppress_ragged_eofs``).
+    """
+
+    __slots__ = ("_held", "socket")
+
+    def __init__(self, sock: ssl.SSLSocket) -> None:
+        self.socket = sock
+        # What ended a read after some data was read already: given at the next read.
+        self._held: BaseException | None = None
+
+    @classmethod
+    async def wrap(
+        cls, tcp: trio.SocketStream, context: ssl.SSLContext, server_name: str
+    ) -> TLSStream:
+        """Take over the socket of ``tcp`` (connected) and do the TLS handshake on it."""
+        trio_socket = tcp.socket
+        family, kind, proto = trio_socket.family, trio_socket.type, trio_socket.proto
+        fd = trio_socket.detach()
+        try:
+            raw = stdlib_socket.socket(family, kind, proto, fileno=fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            raw.setblocking(False)
+            sock = context.wrap_socket(
+                raw,
+                server_hostname=server_name,
+                do_handshake_on_connect=False,
+                suppress_ragged_eofs=True,
+            )
+        except BaseException:
+            raw.close()
+            raise
+        stream = cls(sock)
+        try:
+            await stream._retry(sock.do_handshake)
+        except BaseException:
+            stream.close()
+            raise
+        return stream
+
+    async def _retry(self, operation: Callable[[], _T]) -> _T:
+        """Run a non-blocking TLS operation until it is done: one scheduler trip if no wait."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        sock = self.socket
+        waited = False
+        while True:
+            try:
+                result = operation()
+            except ssl.SSLWantReadError:
+                await trio.lowlevel.wait_readable(sock)
+            except ssl.SSLWantWriteError:
+                await trio.lowlevel.wait_writable(sock)
+            else:
+                break
+            waited = True
+        if not waited:  # a wait is a schedule point already; else, be one as trio's streams are
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        return result
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        size = _READ_SIZE if max_bytes is None else max_bytes
+        held, self._held = self._held, None
+        if held is not None:
+            await trio.lowlevel.checkpoint()
+            if isinstance(held, _EndOfStream):
+                return b""
+            raise held
+        sock = self.socket
+        data = await self._retry(functools.partial(sock.recv, size))
+        if not data or len(data) >= size:
+            return data
+        # One read gives one TLS record, and the server sends every watch event (or a piece
+        # of a long body) as a record of its own: the records already received are read now,
+        # together, rather than each one with a trip through the scheduler and the parsers.
+        parts = [data]
+        room = size - len(data)
+        while room > 0:
+            try:
+                more = sock.recv(room)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                break  # nothing more for now
+            except OSError as exc:
+                self._held = exc  # after the data read before it, as it happened
+                break
+            if not more:
+                self._held = _EndOfStream()  # the end comes after the data, as it did
+                break
+            parts.append(more)
+            room -= len(more)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            # Without partial writes (OpenSSL's default), a send is all or a "want": a
+            # retry after the wait sends the same bytes again, as OpenSSL requires.
+            sent = await self._retry(functools.partial(self.socket.send, view))
+            view = view[sent:]
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.wait_writable(self.socket)
+
+    def pending(self) -> bool:
+        """Whether something was received already and waits to be read, unseen by the socket.
+
+        OpenSSL decrypts whole records: bytes of a record read only in part stay in the SSL
+        object, where polling the socket cannot see them.
+        """
+        return self._held is not None or self.socket.pending() > 0
+
+    def close(self) -> None:
+        """Close the socket now: no TLS close_notify (nobody reads it), no waiting."""
+        sock = self.socket
+        try:
+            if sock.fileno() >= 0:
+                # Tasks waiting on the socket (none, normally) must be woken before it closes.
+                trio.lowlevel.notify_closing(sock)
+        except RuntimeError:
+            pass  # not in trio (e.g. at interpreter exit): nobody can be waiting then
+        finally:
+            sock.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        await trio.lowlevel.checkpoint()
