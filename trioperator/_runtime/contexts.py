@@ -17,6 +17,7 @@ from trioperator._engine.indexing import Index, Indexers
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.indexing import IndexingReadiness
+from trioperator._runtime.mailboxes import Backlog, QueueStats
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import OperatorPause
 
@@ -49,6 +50,9 @@ class OperatorContext:
 
     pause: OperatorPause = dataclasses.field(default_factory=OperatorPause)
     """While paused (peering: another operator outranks this one), watchers do not stream."""
+
+    queueing: QueueStats = dataclasses.field(default_factory=QueueStats)
+    """What the watchers' per-object mailboxes hold, all watchers together (see mailboxes.py)."""
 
     def __post_init__(self) -> None:
         # Every declared index exists from the start, empty, so handlers can rely on it.
@@ -102,6 +106,11 @@ class ResourceContext:
     stopping: trio.Event = dataclasses.field(default_factory=trio.Event)
     """Set to stop this watcher alone, gracefully (as the operator's ``stopping`` does for all):
     e.g. when its namespace goes away."""
+    backlog: Backlog = dataclasses.field(init=False)
+    """The events queued for this watcher's workers, bounded by ``queueing.max_pending``."""
+
+    def __post_init__(self) -> None:
+        self.backlog = Backlog(self.operator.queueing)
 
     @property
     def is_stopping(self) -> bool:
