@@ -58,13 +58,14 @@ class QueueStats:
 class Backlog:
     """The bodies queued in the mailboxes of one watcher, and the wait for room among them."""
 
-    __slots__ = ("_room", "_stalled", "_stalled_since", "_stats", "held", "peak")
+    __slots__ = ("_room", "_stalled", "_stalled_since", "_stalling", "_stats", "held", "peak")
 
     def __init__(self, stats: QueueStats | None = None) -> None:
         self._stats = stats if stats is not None else QueueStats()
         self._room = trio.Event()
         self._stalled = 0.0
         self._stalled_since: float | None = None
+        self._stalling = trio.Event()
         self.held = 0
         self.peak = 0
 
@@ -72,6 +73,11 @@ class Backlog:
     def stalled(self) -> bool:
         """Whether the router is waiting for room now (the stream is not read meanwhile)."""
         return self._stalled_since is not None
+
+    @property
+    def stalling(self) -> trio.Event:
+        """Set when the router begins to wait for room (a new one for every wait)."""
+        return self._stalling
 
     def stalled_time(self) -> float:
         """The total time the router has waited for room so far, the ongoing wait included."""
@@ -104,6 +110,8 @@ class Backlog:
             return
         self._stats.stalls += 1
         self._stalled_since = trio.current_time()
+        self._stalling.set()
+        self._stalling = trio.Event()
         try:
             while self.held >= limit:
                 self._room = trio.Event()

@@ -216,9 +216,12 @@ async def _serve(
             if remaining > 0:
                 if not open_:
                     return  # stopping: our version will never come; the next run handles it
+                # Woken up when the stream is held back meanwhile, to give the slot back.
                 if ctx.backlog.stalled:
                     slot.release()
-                open_ = await _wait(mailbox, pending, remaining)
+                    open_ = await _wait(mailbox, pending, remaining)
+                else:
+                    open_ = await _wait(mailbox, pending, remaining, ctx.backlog.stalling)
                 await slot.acquire()
                 continue  # with the events that came, or to see if the deadline has moved
             objlogger.debug(
