@@ -64,15 +64,27 @@ def _encode(essence: Mapping[str, Any]) -> str:
     return json.dumps(essence, separators=(",", ":"))
 
 
-def _decode(encoded: Any) -> BodyEssence | None:
+class CorruptDiffBaseError(ValueError):
+    """A stored diff-base cannot be read; the object is not handled until it is fixed."""
+
+
+def _decode(encoded: Any, where: str = "the diff-base") -> BodyEssence | None:
     """Parse a stored essence; ``None`` if there is none (absent, or not a string/JSON object).
 
-    Invalid JSON raises instead: taking it for "never handled" would re-run creation handlers.
+    Invalid JSON raises :class:`CorruptDiffBaseError` instead: taking it for "never handled"
+    would re-run creation handlers. The object is retried with the usual error throttling, so
+    fixing or removing the value by hand resumes its handling.
     Surrounding whitespace, such as the trailing newline, is fine for ``json.loads``.
     """
     if not isinstance(encoded, str):
         return None
-    decoded = json.loads(encoded)
+    try:
+        decoded = json.loads(encoded)
+    except ValueError as exc:
+        raise CorruptDiffBaseError(
+            f"The diff-base in {where} is not valid JSON ({exc}): fix or remove it by hand; "
+            "the object is not handled until then, to not run its creation handlers again."
+        ) from None
     return decoded if isinstance(decoded, dict) else None
 
 
@@ -150,7 +162,8 @@ class AnnotationsDiffBaseStorage(StorageKeyFormingConvention, DiffBaseStorage):
 
     def fetch(self, *, body: Body) -> BodyEssence | None:
         for name in self.make_keys(self.key, body=body):
-            essence = _decode(resolve_field(body, ("metadata", "annotations", name), None))
+            value = resolve_field(body, ("metadata", "annotations", name), None)
+            essence = _decode(value, where=f"the annotation {name!r}")
             if essence is not None:
                 return essence
         return None
