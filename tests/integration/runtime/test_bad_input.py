@@ -89,3 +89,44 @@ async def test_a_corrupt_diffbase_stops_only_its_object_until_fixed(
     running.patch({"metadata": {"annotations": {DIFFBASE: fixed}}}, name="broken")
     await running.wait_for(lambda: ("update", "broken") in runs, limit=700)
     assert runs == [("create", "healthy"), ("update", "broken")]
+
+
+FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+OTHER = "other.example.com/keep"
+
+
+async def test_finalizers_edited_by_others_are_kept_and_ours_comes_back(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, logs: Any
+) -> None:
+    deletions: list[str] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> None:
+        pass
+
+    @kopf.on.delete("kopfexamples", id="delete_fn", registry=registry)
+    async def delete_fn(name: str, **_: Any) -> None:
+        deletions.append(name)
+
+    def finalizers() -> list[str]:
+        result: list[str] = running.obj("edited")["metadata"].get("finalizers", [])
+        return result
+
+    running = await run_operator()
+    running.create(make("edited"))
+    await running.wait_for(lambda: DIFFBASE in annotations(running, "edited"))
+    assert finalizers() == [FINALIZER]
+
+    # Another client replaces the list, dropping ours: it is put back, theirs kept.
+    running.patch({"metadata": {"finalizers": [OTHER]}}, name="edited")
+    await running.wait_for(lambda: FINALIZER in finalizers())
+    assert finalizers() == [OTHER, FINALIZER]
+    assert logs.count("Adding the finalizer, thus preventing the actual deletion.") == 2
+
+    # On deletion, only ours goes; the other one keeps the object for its own controller.
+    running.delete("edited")
+    await running.wait_for(lambda: finalizers() == [OTHER])
+    await trio.sleep(10)
+    assert deletions == ["edited"]
+    assert running.exists("edited")
+    assert not logs.messages(logging.ERROR)
