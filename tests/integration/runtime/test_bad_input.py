@@ -130,3 +130,31 @@ async def test_finalizers_edited_by_others_are_kept_and_ours_comes_back(
     assert deletions == ["edited"]
     assert running.exists("edited")
     assert not logs.messages(logging.ERROR)
+
+
+async def test_undecodable_watch_lines_are_logged_and_skipped(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, logs: Any
+) -> None:
+    created: list[str] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(name: str, **_: Any) -> None:
+        created.append(name)
+
+    running = await run_operator()
+
+    def streams() -> list[Any]:
+        return [s for s in list(running.api._watches) if s.path.endswith("/kopfexamples")]
+
+    await running.wait_for(lambda: streams())
+    opened = streams()
+    for stream in opened:  # as a broken proxy or server might send them
+        stream._put(b'{"type":"ADDED","object":{"metadata":{"name":"\xff\xfe"}}}\n')
+        stream._put(b"<html>Bad gateway</html>\n")
+    running.create(make("after-the-garbage"))
+    await running.wait_for(lambda: created == ["after-the-garbage"])
+
+    skipped = [m for m in logs.messages(logging.WARNING) if "Skipping an undecodable line" in m]
+    assert len(skipped) == 2 * len(opened)
+    assert any("Bad gateway" in m for m in skipped)
+    assert all(not stream.closed for stream in opened)  # the same streams go on
