@@ -245,10 +245,11 @@ async def _route(
                     # failing filter callback. Logged; never fatal to the whole watcher.
                     ObjectLogger(event["object"]).exception(f"Indexing failed: {exc!r}")
             mailbox = streams.get(key)
-            if (mailbox is None or mailbox.would_grow()) and not listing:
+            if (mailbox is None or mailbox.would_grow()) and event["type"] is not None:
                 # Backpressure: the stream is not read further until workers take some. Not
-                # while the indexing gate is closed: the workers could take nothing until the
-                # listings (not held back) open it.
+                # for listings (initial, or after a 410), whose pages could expire meanwhile;
+                # nor while the indexing gate is closed: the workers could take nothing until
+                # the listings open it.
                 if ctx.operator.indexing.ready:
                     await ctx.backlog.wait_for_room(ctx.settings.queueing.max_pending)
                 mailbox = streams.get(key)  # its worker may have retired meanwhile
