@@ -14,6 +14,7 @@ from trioperator._engine.progression import HandlerOutcome
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.metrics import OperatorMetrics, metrics_response
 from trioperator._runtime.operator import Operator, check_endpoints
@@ -149,9 +150,9 @@ async def test_queue_depth_and_busy_workers_are_read_when_scraped() -> None:
     send, receive = trio.open_memory_channel[Any](10)
     ctx.incoming = receive
     send.send_nowait("listed")
-    worker, _ = trio.open_memory_channel[Any](10)
-    worker.send_nowait("event 1")
-    worker.send_nowait("event 2")
+    worker = Mailbox(ctx.backlog, keep_all=True)  # as for a resource with on.event handlers
+    worker.put({"type": "MODIFIED", "object": {"metadata": {"resourceVersion": "1"}}})
+    worker.put({"type": "MODIFIED", "object": {"metadata": {"resourceVersion": "2"}}})
     ctx.streams["uid-1"] = worker
     ctx.workers_busy = 1
     assert get(metrics, "trioperator_queue_depth", resource=LABEL) == 3

@@ -7,6 +7,7 @@ written to a private temporary file for the moment of loading and removed right 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import ssl
 import tempfile
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trioperator._client.credentials import ConnectionInfo
+
+logger = logging.getLogger("trioperator")
 
 
 def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
@@ -33,6 +36,12 @@ def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
         cadata=cadata,
     )
     if info.insecure:
+        # Never silently: only an explicit option turns it off, and it is said every time.
+        logger.warning(
+            f"TLS verification of the API server {info.server} is OFF, as configured"
+            " (insecure-skip-tls-verify in the kubeconfig, or ConnectionInfo(insecure=True)):"
+            " anyone on the way can read and change the traffic, credentials included."
+        )
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
 

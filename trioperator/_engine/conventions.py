@@ -39,6 +39,7 @@ from typing import Any, TypeAlias
 from trioperator._engine.bodies import Body, MappingView
 
 __all__ = [
+    "ANNOTATIONS_LIMIT",
     "DEFAULT_PREFIX",
     "KUBECTL_LAST_APPLIED",
     "MANAGED_MARKER",
@@ -47,6 +48,7 @@ __all__ = [
     "StorageKeyFormingConvention",
     "StorageKeyMarkingConvention",
     "StorageStanzaCleaner",
+    "annotations_size_after",
     "check_prefix",
     "cherrypick_fields",
     "copy_json",
@@ -193,6 +195,34 @@ def purge_field(
         ensure_field(patch, field, None)
     elif has_field(patch, field):
         remove_field(patch, field)
+
+
+ANNOTATIONS_LIMIT = 256 * 1024
+"""The most bytes all annotations of an object may take, keys and values together (what the
+API server checks: a write over it is rejected with 422 "metadata.annotations: Too long")."""
+
+
+def annotations_size_after(
+    *, body: Mapping[str, Any], patch: Mapping[str, Any], changes: Mapping[str, str | None]
+) -> int:
+    """The size of the object's annotations (as the API server counts it) after the merge-patch
+    and then ``changes`` (``None`` removes a key) are applied."""
+    metadata = body.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    result: dict[str, Any] = dict(annotations) if isinstance(annotations, Mapping) else {}
+    patch_meta = patch.get("metadata")
+    pending = patch_meta.get("annotations") if isinstance(patch_meta, Mapping) else None
+    for source in (pending if isinstance(pending, Mapping) else {}, changes):
+        for key, value in source.items():
+            if value is None:
+                result.pop(key, None)
+            else:
+                result[key] = value
+    return sum(
+        len(key.encode()) + len(value.encode())
+        for key, value in result.items()
+        if isinstance(value, str)
+    )
 
 
 _IMMUTABLE_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from trioperator._engine.bodies import Body
 from trioperator._engine.conventions import (
+    ANNOTATIONS_LIMIT,
     DEFAULT_PREFIX,
     KUBECTL_LAST_APPLIED,
     FieldPath,
@@ -36,9 +38,11 @@ from trioperator._engine.conventions import (
     StorageKeyFormingConvention,
     StorageKeyMarkingConvention,
     StorageStanzaCleaner,
+    annotations_size_after,
     cherrypick_fields,
     copy_json,
     parse_field,
+    purge_field,
     remove_field,
     resolve_field,
     set_field_if_changed,
@@ -60,19 +64,45 @@ _IMPLICIT_METADATA = ("metadata.labels", "metadata.annotations")
 _DROPPED_TOP_LEVEL = ("apiVersion", "kind", "metadata", "status")
 
 
+_logger = logging.getLogger("trioperator.persistence")
+
+OVERSIZED_FALLBACK = ("status", "kopf", "last-handled-configuration")
+"""Where :class:`AnnotationsDiffBaseStorage` keeps an essence too big for the annotations (the
+field of :class:`StatusDiffBaseStorage`'s default, so either storage reads it)."""
+
+
+def _describe(body: Body) -> str:
+    metadata = body.get("metadata")
+    meta = metadata if isinstance(metadata, Mapping) else {}
+    namespace, name = meta.get("namespace"), meta.get("name")
+    return f"{namespace}/{name}" if namespace else f"{name}"
+
+
 def _encode(essence: Mapping[str, Any]) -> str:
     return json.dumps(essence, separators=(",", ":"))
 
 
-def _decode(encoded: Any) -> BodyEssence | None:
+class CorruptDiffBaseError(ValueError):
+    """A stored diff-base cannot be read; the object is not handled until it is fixed."""
+
+
+def _decode(encoded: Any, where: str = "the diff-base") -> BodyEssence | None:
     """Parse a stored essence; ``None`` if there is none (absent, or not a string/JSON object).
 
-    Invalid JSON raises instead: taking it for "never handled" would re-run creation handlers.
+    Invalid JSON raises :class:`CorruptDiffBaseError` instead: taking it for "never handled"
+    would re-run creation handlers. The object is retried with the usual error throttling, so
+    fixing or removing the value by hand resumes its handling.
     Surrounding whitespace, such as the trailing newline, is fine for ``json.loads``.
     """
     if not isinstance(encoded, str):
         return None
-    decoded = json.loads(encoded)
+    try:
+        decoded = json.loads(encoded)
+    except ValueError as exc:
+        raise CorruptDiffBaseError(
+            f"The diff-base in {where} is not valid JSON ({exc}): fix or remove it by hand; "
+            "the object is not handled until then, to not run its creation handlers again."
+        ) from None
     return decoded if isinstance(decoded, dict) else None
 
 
@@ -150,16 +180,35 @@ class AnnotationsDiffBaseStorage(StorageKeyFormingConvention, DiffBaseStorage):
 
     def fetch(self, *, body: Body) -> BodyEssence | None:
         for name in self.make_keys(self.key, body=body):
-            essence = _decode(resolve_field(body, ("metadata", "annotations", name), None))
+            value = resolve_field(body, ("metadata", "annotations", name), None)
+            essence = _decode(value, where=f"the annotation {name!r}")
             if essence is not None:
                 return essence
-        return None
+        where = "the status field " + ".".join(OVERSIZED_FALLBACK)
+        return _decode(resolve_field(body, OVERSIZED_FALLBACK, None), where=where)
 
     def store(self, *, body: Body, patch: Patch, essence: BodyEssence) -> None:
         encoded = _encode(essence) + "\n"
-        for name in self.make_keys(self.key, body=body):
+        names = list(self.make_keys(self.key, body=body))
+        size = annotations_size_after(body=body, patch=patch, changes=dict.fromkeys(names, encoded))
+        if size > ANNOTATIONS_LIMIT:
+            # The API server would reject the whole patch (and the handlers' results with it):
+            # keep the essence in the status instead, where fetch() finds it too.
+            _logger.warning(
+                f"The diff-base of {_describe(body)} does not fit into its annotations "
+                f"({size} bytes with it, over the limit of {ANNOTATIONS_LIMIT}): it is stored "
+                f"in the status field {'.'.join(OVERSIZED_FALLBACK)} instead."
+            )
+            for name in names:
+                purge_field(body=body, patch=patch, field=("metadata", "annotations", name))
+            set_field_if_changed(
+                body=body, patch=patch, field=OVERSIZED_FALLBACK, value=_encode(essence)
+            )
+            return
+        for name in names:
             field = ("metadata", "annotations", name)
             set_field_if_changed(body=body, patch=patch, field=field, value=encoded)
+        purge_field(body=body, patch=patch, field=OVERSIZED_FALLBACK)
         self.store_marker(prefix=self.prefix, patch=patch, body=body)
 
 

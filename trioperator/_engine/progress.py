@@ -22,17 +22,20 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 from collections.abc import Collection, Mapping
 from typing import Any, TypedDict, cast
 
 from trioperator._engine.bodies import Body
 from trioperator._engine.conventions import (
+    ANNOTATIONS_LIMIT,
     DEFAULT_PREFIX,
     FieldPath,
     FieldSpec,
     StorageKeyFormingConvention,
     StorageKeyMarkingConvention,
     StorageStanzaCleaner,
+    annotations_size_after,
     copy_json,
     ensure_field,
     has_field,
@@ -68,6 +71,9 @@ class ProgressRecord(TypedDict, total=False):
     failure: bool | None
     message: str | None
     subrefs: Collection[str] | None
+
+
+_logger = logging.getLogger("trioperator.persistence")
 
 
 def _encode(payload: Mapping[str, Any]) -> str:
@@ -134,6 +140,8 @@ class AnnotationsProgressStorage(
         super().__init__(prefix=prefix, v1=v1)
         self.verbose = verbose
         self.touch_key = touch_key
+        self.overflow: ProgressStorage | None = None
+        """Where records too big for the annotations go instead (None: nowhere)."""
 
     def fetch(self, *, key: HandlerId, body: Body) -> ProgressRecord | None:
         for name in self.make_keys(key, body=body):
@@ -146,7 +154,24 @@ class AnnotationsProgressStorage(
     def store(self, *, key: HandlerId, record: ProgressRecord, body: Body, patch: Patch) -> None:
         payload = {k: v for k, v in record.items() if self.verbose or v is not None}
         encoded = _encode(payload)
-        for name in self.make_keys(key, body=body):
+        names = list(self.make_keys(key, body=body))
+        size = annotations_size_after(body=body, patch=patch, changes=dict.fromkeys(names, encoded))
+        if size > ANNOTATIONS_LIMIT:
+            # The API server would reject the whole patch. Not stored here (and any older record
+            # is removed, not to be read as current), but in ``overflow`` if there is one (the
+            # status, in SmartProgressStorage); without, the handler may run again (at least once).
+            overflow = self.overflow
+            where = "stored in the status instead" if overflow is not None else "not stored"
+            _logger.warning(
+                f"The progress of handler {key!r} does not fit into the annotations "
+                f"({size} bytes with it, over the limit of {ANNOTATIONS_LIMIT}): {where}."
+            )
+            for name in names:
+                purge_field(body=body, patch=patch, field=("metadata", "annotations", name))
+            if overflow is not None:
+                overflow.store(key=key, record=record, body=body, patch=patch)
+            return
+        for name in names:
             field = ("metadata", "annotations", name)
             set_field_if_changed(body=body, patch=patch, field=field, value=encoded)
         self.store_marker(prefix=self.prefix, patch=patch, body=body)
@@ -347,4 +372,10 @@ class SmartProgressStorage(MultiProgressStorage):
                 ),
                 _ReadOnlyStatusProgressStorage(name=name, field=field, touch_field=touch_field),
             ]
+        )
+        # Records too big for the annotations go to the status (read from there as well).
+        annotations = self.storages[0]
+        assert isinstance(annotations, AnnotationsProgressStorage)
+        annotations.overflow = StatusProgressStorage(
+            name=name, field=field, touch_field=touch_field
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from trioperator._engine.bodies import Body
@@ -250,16 +250,24 @@ class State(Mapping[HandlerId, HandlerState]):
         storage: ProgressStorage,
         handlers: Iterable[HandlerLike],
         now: datetime.datetime | None = None,
+        on_corrupt: Callable[[HandlerId, Exception], None] | None = None,
     ) -> State:
         """The (passive) states of those ``handlers`` that have a record on the object.
 
-        ``now`` stands in for a missing start time of a record (as a fresh start).
+        ``now`` stands in for a missing start time of a record (as a fresh start). A record
+        that cannot be read (invalid JSON, fields of the wrong types) is taken as absent: the
+        handler runs as if for the first time (at least once, never lost), and its next record
+        replaces the corrupt one; ``on_corrupt`` is told which one and why, to log it.
         """
         states: dict[HandlerId, HandlerState] = {}
         for handler_id in dict.fromkeys(handler.id for handler in handlers):
-            record = storage.fetch(key=handler_id, body=body)
-            if record is not None:
-                states[handler_id] = HandlerState.from_storage(record, now=now)
+            try:
+                record = storage.fetch(key=handler_id, body=body)
+                if record is not None:
+                    states[handler_id] = HandlerState.from_storage(record, now=now)
+            except (ValueError, TypeError, AttributeError) as exc:
+                if on_corrupt is not None:
+                    on_corrupt(handler_id, exc)
         return cls(states)
 
     def with_purpose(self, purpose: str | None, handlers: Iterable[HandlerLike] = ()) -> State:

@@ -87,6 +87,13 @@ class QueueingSettings:
     idle_timeout: float = 5.0
     """A worker with nothing to do for this long exits (and is re-created on the next event)."""
 
+    max_pending: int = 1000
+    """Per watcher, the most event bodies queued for its workers before it stops reading its
+    watch-stream until they take some (backpressure). A queue keeps only the newest event of
+    each object, or every event for resources with ``on.event`` handlers; listings are never
+    held back. The memory of a watcher in an event storm is thus bounded by this many bodies
+    (plus what the stream reads ahead and what the workers hold while they process)."""
+
     exit_timeout: float = 2.0
     """On a watcher's stop, how long its workers may take to drain what is already queued."""
 
@@ -95,6 +102,12 @@ class QueueingSettings:
 
     batch_window: float = 0.1
     """Deprecated and inert: consistency tracking on ``resourceVersion`` replaced batching."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        invalid = not isinstance(value, int) or isinstance(value, bool) or value < 1
+        if name == "max_pending" and invalid:
+            raise ValueError("max_pending must be a positive integer.")
+        super().__setattr__(name, value)
 
 
 @dataclasses.dataclass

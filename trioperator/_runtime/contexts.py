@@ -17,12 +17,12 @@ from trioperator._engine.indexing import Index, Indexers
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.indexing import IndexingReadiness
+from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import OperatorPause
 
 if TYPE_CHECKING:
     from trioperator._client.watching import WatchItem
-    from trioperator._engine.bodies import RawEvent
     from trioperator._runtime.daemons import DaemonsKeeper
     from trioperator._runtime.metrics import OperatorMetrics
 
@@ -55,6 +55,8 @@ class OperatorContext:
 
     metrics: OperatorMetrics | None = None
     """Where handler runs and watch events are counted (``None``: not counted)."""
+    queueing: QueueStats = dataclasses.field(default_factory=QueueStats)
+    """What the watchers' per-object mailboxes hold, all watchers together (see mailboxes.py)."""
 
     def __post_init__(self) -> None:
         # Every declared index exists from the start, empty, so handlers can rely on it.
@@ -108,12 +110,17 @@ class ResourceContext:
     stopping: trio.Event = dataclasses.field(default_factory=trio.Event)
     """Set to stop this watcher alone, gracefully (as the operator's ``stopping`` does for all):
     e.g. when its namespace goes away."""
-    streams: dict[str, trio.MemorySendChannel[RawEvent]] = dataclasses.field(default_factory=dict)
-    """The channels of the running workers by object key (the watcher's routing table)."""
+    streams: dict[str, Mailbox] = dataclasses.field(default_factory=dict)
+    """The mailboxes of the running workers by object key (the watcher's routing table)."""
     incoming: trio.MemoryReceiveChannel[WatchItem] | None = None
     """The watch stream's buffer, read by the router (for the queue depth in the metrics)."""
     workers_busy: int = 0
     """Workers processing their object now, not waiting for events or delays (metrics)."""
+    backlog: Backlog = dataclasses.field(init=False)
+    """The events queued for this watcher's workers, bounded by ``queueing.max_pending``."""
+
+    def __post_init__(self) -> None:
+        self.backlog = Backlog(self.operator.queueing)
 
     @property
     def is_stopping(self) -> bool:

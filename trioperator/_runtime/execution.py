@@ -364,6 +364,18 @@ async def _invoke_in_time(
         )
 
 
+def warn_corrupt_progress(logger: Logger) -> Callable[[HandlerId, Exception], None]:
+    """What to log for a progress record that cannot be read (see ``State.from_storage``)."""
+
+    def warn(handler_id: HandlerId, exc: Exception) -> None:
+        logger.warning(
+            f"The progress record of handler {handler_id!r} cannot be read ({exc}); "
+            "the handler runs as if for the first time, and its new record replaces it."
+        )
+
+    return warn
+
+
 async def _execute_subhandlers(
     invocation: _Invocation, subhandlers: Iterable[ChangingHandler]
 ) -> None:
@@ -382,7 +394,13 @@ async def _execute_subhandlers(
         )
     storage = execution.progress_storage
     now = execution.now()
-    state = State.from_storage(body=cause.body, storage=storage, handlers=handlers, now=now)
+    state = State.from_storage(
+        body=cause.body,
+        storage=storage,
+        handlers=handlers,
+        now=now,
+        on_corrupt=warn_corrupt_progress(cause.logger),
+    )
     state = state.with_purpose(cause.reason.value, handlers=handlers).with_handlers(
         handlers, now=now
     )

@@ -38,7 +38,13 @@ class ObjectMemory:
     """The ``resourceVersion`` of our own last patch, until it comes back on the stream."""
 
     consistency_deadline: float = 0.0
-    """After this trio time, stop waiting for ``expected_version`` and assume consistency."""
+    """After this trio time, stop waiting for ``expected_version`` and assume consistency.
+
+    Postponed by the time the watcher spent holding its stream back since then (see
+    ``consistency_stalls``): our patch's event may be among what was not read meanwhile."""
+
+    consistency_stalls: float = 0.0
+    """The watcher's total stalled time (``Backlog.stalled_time()``) when the deadline was set."""
 
     error_count: int = 0
     """Consecutive unexpected errors, to pick the throttling delay."""

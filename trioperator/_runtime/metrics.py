@@ -350,8 +350,8 @@ def _queued(ctx: ResourceContext) -> int:
     total = 0
     if ctx.incoming is not None:
         total += ctx.incoming.statistics().current_buffer_used
-    for channel in ctx.streams.values():
-        total += channel.statistics().current_buffer_used
+    for mailbox in ctx.streams.values():
+        total += len(mailbox)
     return total
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from functools import partial
@@ -82,6 +81,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+OBSERVER_BUFFER = 64
+"""Events read ahead of an observer's loop; when it is full, the stream waits (bounded memory)."""
 
 NAMESPACES: Final = Resource(
     group="",
@@ -430,7 +432,7 @@ class Orchestration:
 
         ready = False
         health = WatchHealth()
-        send, receive = trio.open_memory_channel[WatchItem](math.inf)
+        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(
@@ -543,7 +545,7 @@ class Orchestration:
 
     async def _observe_crds(self) -> None:
         """Remember what the CRDs say, and ask for a rescan whenever any of them changes."""
-        send, receive = trio.open_memory_channel[WatchItem](math.inf)
+        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
         listed = False
         health = WatchHealth()
         try:

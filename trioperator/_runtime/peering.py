@@ -53,6 +53,9 @@ __all__ = ["REMOVAL_TIMEOUT", "OperatorPause", "Peering", "run_peering", "status
 
 logger = logging.getLogger("trioperator.peering")
 
+OBSERVER_BUFFER = 64
+"""Events read ahead of the peering observer's loop; when it is full, the stream waits."""
+
 REMOVAL_TIMEOUT: Final = 10.0
 """Seconds to remove our record on exit; after that, it expires on its own."""
 
@@ -236,7 +239,7 @@ class Peering:
     async def _observe(self, key: PeeringKey) -> None:
         resource, namespace = key
         name = self._settings.peering.name
-        send, receive = trio.open_memory_channel[WatchItem](math.inf)
+        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 partial(

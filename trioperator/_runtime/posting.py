@@ -1,8 +1,11 @@
 """Kubernetes Events from handlers: ``trioperator.event/info/warn/exception``, and their poster.
 
 The user-facing functions are plain sync functions. They never wait for the API and never
-raise because of it: they only put a small record into an unbounded memory channel, and one
-background task of the running operator (:func:`run_poster`) posts the records in order.
+raise because of it: they only put a small record into a memory channel, and one background
+task of the running operator (:func:`run_poster`) posts the records in order. The channel holds
+at most :data:`MAX_QUEUED_EVENTS` records: beyond that (an API too slow for a flood of events),
+new records are dropped, with one warning when the dropping starts and one when it ends, rather
+than letting the operator's memory grow without bound.
 
 Which channel? The operator installs its poster into a context variable
 (:func:`install_poster`) before it starts its tasks, so every task it spawns -- and every worker
@@ -46,6 +49,7 @@ from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
 
 __all__ = [
     "DRAIN_TIMEOUT",
+    "MAX_QUEUED_EVENTS",
     "K8sEvent",
     "ObjectEventsHandler",
     "PostingUnavailableError",
@@ -106,6 +110,8 @@ class Poster:
     send: trio.MemorySendChannel[K8sEvent]
     settings: OperatorSettings
     token: trio.lowlevel.TrioToken
+    dropped: int = 0
+    """Events dropped because the queue was full, since the last one that fit."""
 
     def enqueue(self, event: K8sEvent) -> None:
         """Queue an event from any thread; never blocks on the API, never raises."""
@@ -128,21 +134,37 @@ class Poster:
     def _put(self, event: K8sEvent) -> None:
         # Also called by trio's run loop (from threads): it must never raise.
         try:
-            self.send.send_nowait(event)  # an unbounded channel: never WouldBlock
+            self.send.send_nowait(event)
+        except trio.WouldBlock:
+            if not self.dropped:
+                logger.warning(
+                    "Too many events are waiting to be posted: dropping new ones until there"
+                    f" is room. First dropped: {event}"
+                )
+            self.dropped += 1
+            return
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             logger.warning(f"An event is dropped: the poster has stopped. Event: {event}")
         except Exception:
             logger.exception(f"An event is dropped. Event: {event}")
+        else:
+            if self.dropped:
+                logger.warning(f"{self.dropped} event(s) were dropped: the queue was full.")
+                self.dropped = 0
 
 
 _poster_var: contextvars.ContextVar[Poster] = contextvars.ContextVar("trioperator.poster")
 
 
-def open_poster_channel() -> tuple[
-    trio.MemorySendChannel[K8sEvent], trio.MemoryReceiveChannel[K8sEvent]
-]:
-    """The queue between the posting functions and :func:`run_poster`: unbounded, in order."""
-    return trio.open_memory_channel[K8sEvent](math.inf)
+MAX_QUEUED_EVENTS: Final = 10_000
+"""The most events waiting to be posted; more are dropped (with a warning)."""
+
+
+def open_poster_channel(
+    max_queued: int = MAX_QUEUED_EVENTS,
+) -> tuple[trio.MemorySendChannel[K8sEvent], trio.MemoryReceiveChannel[K8sEvent]]:
+    """The queue between the posting functions and :func:`run_poster`: bounded, in order."""
+    return trio.open_memory_channel[K8sEvent](max_queued)
 
 
 @contextlib.contextmanager

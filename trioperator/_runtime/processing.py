@@ -36,7 +36,12 @@ from trioperator._engine.reasons import TITLES, Reason
 from trioperator._runtime.applying import apply_patch
 from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemons import settle_daemons
-from trioperator._runtime.execution import Execution, run_handler_once, run_handlers
+from trioperator._runtime.execution import (
+    Execution,
+    run_handler_once,
+    run_handlers,
+    warn_corrupt_progress,
+)
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.memories import ObjectMemory
 
@@ -281,7 +286,13 @@ async def _process_changing_cause(
     delay: float | None = None
     if handlers:
         owned = registry.get_handlers(ChangingHandler, resource)
-        state = State.from_storage(body=body, storage=progress, handlers=owned, now=now)
+        state = State.from_storage(
+            body=body,
+            storage=progress,
+            handlers=owned,
+            now=now,
+            on_corrupt=warn_corrupt_progress(logger),
+        )
         state = state.with_purpose(reason.value).with_handlers(handlers, now=now)
         for extra_purpose, counters in state.extras.items():
             extra_title = _title(extra_purpose)

@@ -13,9 +13,13 @@ Task tree::
             ├── the router (this task)  indexes each event, then routes it by uid to its worker
             └── run_worker (per object)    one per object with queued work; idles out when quiet
 
+The router never queues more than the newest event per object (every event, if there are
+``on.event`` handlers), and stops reading the stream while ``settings.queueing.max_pending``
+bodies wait for their workers (see mailboxes.py): memory stays bounded under event storms.
+
 A graceful stop (``operator.stopping``, or ``ctx.stopping`` for this watcher alone) ends the
 stream first and asks every daemon to stop;
-then every worker's channel is closed so that each finishes what is already queued, for at most
+then every worker's mailbox is closed so that each finishes what is already queued, for at most
 ``settings.queueing.exit_timeout`` seconds, after which the rest is cancelled. The daemons end
 within their own termination limits (see daemons.py); the watcher returns when all have.
 
@@ -27,7 +31,6 @@ listing is routed and indexed.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from functools import partial
 
@@ -40,13 +43,15 @@ from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemons import DaemonsKeeper
 from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.metrics import WatchCounts
 from trioperator._runtime.workers import run_worker
 
 logger = logging.getLogger(__name__)
 
 STREAM_BUFFER = 1024
-"""Events read ahead of routing; routing never blocks, so this only absorbs bursts."""
+"""Events read ahead of routing, to absorb bursts; routing blocks only when the workers' queues
+are full (``settings.queueing.max_pending``), and then this buffer fills and the stream waits."""
 
 
 def object_key(body: dict[str, object]) -> str:
@@ -112,8 +117,8 @@ async def run_watcher(
 
                     # The stream has stopped. Let every worker finish what is queued, within
                     # the bound.
-                    for channel in streams.values():
-                        channel.close()
+                    for mailbox in streams.values():
+                        mailbox.close()
                     deadline = trio.current_time() + settings.queueing.exit_timeout
                     workers.cancel_scope.deadline = deadline
                 if workers.cancel_scope.cancelled_caught:
@@ -210,7 +215,7 @@ async def _close_when_stopping(
 async def _route(
     ctx: ResourceContext,
     receive_events: trio.MemoryReceiveChannel[WatchItem],
-    streams: dict[str, trio.MemorySendChannel[RawEvent]],
+    streams: dict[str, Mailbox],
     workers: trio.Nursery,
     task_status: _StartedOnce,
     gate: object | None,
@@ -254,53 +259,54 @@ async def _route(
                     # Not an indexer's error (those are handled per their options): ours, e.g. a
                     # failing filter callback. Logged; never fatal to the whole watcher.
                     ObjectLogger(event["object"]).exception(f"Indexing failed: {exc!r}")
-            channel = streams.get(key)
-            if channel is None:
+            mailbox = streams.get(key)
+            if (mailbox is None or mailbox.would_grow()) and event["type"] is not None:
+                # Backpressure: the stream is not read further until workers take some. Not
+                # for listings (initial, or after a 410), whose pages could expire meanwhile;
+                # nor while the indexing gate is closed: the workers could take nothing until
+                # the listings open it.
+                if ctx.operator.indexing.ready:
+                    await ctx.backlog.wait_for_room(ctx.settings.queueing.max_pending)
+                mailbox = streams.get(key)  # its worker may have retired meanwhile
+            if mailbox is None:
                 memory = ctx.memories.recall(
                     key, noticed_by_listing=listing and event["type"] is None
                 )
-                channel, receive = trio.open_memory_channel[RawEvent](math.inf)
-                streams[key] = channel
+                keep_all = ctx.registry.has_watching_handlers(ctx.resource)
+                mailbox = Mailbox(ctx.backlog, keep_all=keep_all)
+                streams[key] = mailbox
                 workers.start_soon(
                     run_worker,
                     ctx,
                     key,
-                    receive,
+                    mailbox,
                     memory,
-                    _retirement(streams, key, receive),
-                    _discarding(streams, key, channel),
+                    _retirement(streams, key, mailbox),
+                    _discarding(streams, key, mailbox),
                     name=f"worker {ctx.resource} {key}",
                 )
-            channel.send_nowait(event)
+            mailbox.put(event)
 
 
-def _retirement(
-    streams: dict[str, trio.MemorySendChannel[RawEvent]],
-    key: str,
-    receive: trio.MemoryReceiveChannel[RawEvent],
-) -> Callable[[], bool]:
+def _retirement(streams: dict[str, Mailbox], key: str, mailbox: Mailbox) -> Callable[[], bool]:
     def retire() -> bool:
         # No checkpoint between the check and the removal: the router cannot interleave.
-        if receive.statistics().current_buffer_used:
+        if len(mailbox):
             return False
-        channel = streams.pop(key, None)
-        if channel is not None:
-            channel.close()
+        if streams.get(key) is mailbox:
+            del streams[key]
+        mailbox.close()
         return True
 
     return retire
 
 
-def _discarding(
-    streams: dict[str, trio.MemorySendChannel[RawEvent]],
-    key: str,
-    channel: trio.MemorySendChannel[RawEvent],
-) -> Callable[[], None]:
+def _discarding(streams: dict[str, Mailbox], key: str, mailbox: Mailbox) -> Callable[[], None]:
     def discard() -> None:
-        # Only our own channel: after a retirement, the key may already have a new worker.
-        if streams.get(key) is channel:
+        # Only our own mailbox: after a retirement, the key may already have a new worker.
+        if streams.get(key) is mailbox:
             del streams[key]
-        channel.close()
+        mailbox.discard()
 
     return discard
 
@@ -308,7 +314,7 @@ def _discarding(
 def _forget_unlisted(
     ctx: ResourceContext,
     listed: set[str],
-    streams: dict[str, trio.MemorySendChannel[RawEvent]],
+    streams: dict[str, Mailbox],
 ) -> None:
     """After a listing, drop what is known of objects that were not in it.
 

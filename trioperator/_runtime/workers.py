@@ -1,8 +1,9 @@
 """One worker per object: it processes the newest state of its object, one cycle at a time.
 
-A worker is fed by its own memory channel. Before each cycle it drains everything queued, lets
-the low-level consumers (``on.event`` handlers) see every event exactly once, and runs the
-change handling only for the newest state (level-triggered). It waits for its own last patch to
+A worker is fed by its own mailbox (see mailboxes.py: the newest event only, or every event if
+there are ``on.event`` handlers). Before each cycle it drains everything queued, lets the
+low-level consumers (``on.event`` handlers) see every event exactly once, and runs the change
+handling only for the newest state (level-triggered). It waits for its own last patch to
 come back on the stream (consistency), sleeps for delayed handlers (interrupted by any new
 event), throttles itself after unexpected errors, and exits when idle; the watcher re-creates
 it on demand.
@@ -21,6 +22,7 @@ from trioperator._engine.patches import Patch
 from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemons import process_spawning
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
 
@@ -30,25 +32,14 @@ WAITING_KEEPALIVE_INTERVAL = 10 * 60
 logger = logging.getLogger(__name__)
 
 
-def _drain(receive: trio.MemoryReceiveChannel[RawEvent], into: list[RawEvent]) -> bool:
-    """Move everything queued into ``into``; return False if the channel is closed."""
-    while True:
-        try:
-            into.append(receive.receive_nowait())
-        except trio.WouldBlock:
-            return True
-        except trio.EndOfChannel:
-            return False
-
-
 async def _wait(
     ctx: ResourceContext,
-    receive: trio.MemoryReceiveChannel[RawEvent],
+    mailbox: Mailbox,
     into: list[RawEvent],
     seconds: float,
     wake: trio.Event | None = None,
 ) -> bool:
-    """Wait up to ``seconds`` for an event (into ``into``); return False if the channel closed.
+    """Wait up to ``seconds`` for events (into ``into``); return False if the mailbox closed.
 
     ``wake`` (if given) ends the wait early too, with nothing received: the caller checks it.
     A waiting worker is not busy (for the metrics).
@@ -58,17 +49,10 @@ async def _wait(
     try:
         with trio.move_on_after(max(seconds, 0)):
             if wake is None:
-                try:
-                    into.append(await receive.receive())
-                except trio.EndOfChannel:
-                    open_ = False
-                return open_
+                return await mailbox.wait(into)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_when_set, wake, nursery.cancel_scope)
-                try:
-                    into.append(await receive.receive())
-                except trio.EndOfChannel:
-                    open_ = False
+                open_ = await mailbox.wait(into)
                 nursery.cancel_scope.cancel()
         return open_
     finally:
@@ -80,50 +64,69 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-def _version(event: RawEvent) -> str | None:
-    version: str | None = (event["object"].get("metadata") or {}).get("resourceVersion")
-    return version
-
-
 async def run_worker(
     ctx: ResourceContext,
     key: str,
-    receive: trio.MemoryReceiveChannel[RawEvent],
+    mailbox: Mailbox,
     memory: ObjectMemory,
     retire: Callable[[], bool],
     discard: Callable[[], None] = lambda: None,
 ) -> None:
-    """Serve one object until it is idle, gone, or its channel is closed (a stop).
+    """Serve one object until it is idle, gone, or its mailbox is closed (a stop).
 
     ``retire()`` is called when the worker wants to exit for idleness; it returns False if an
     event arrived in the meantime (the worker then continues). ``discard()`` is called when the
     worker exits for any other reason, so that the watcher routes later events to a new worker
-    instead of into a channel nobody reads.
+    instead of into a mailbox nobody reads. What is left in the mailbox then is dropped.
     """
     try:
-        async with receive:
-            # Before taking a slot: waiting for the indices must not hold back the objects
-            # that are still to be indexed (it would not, anyway: see _runtime/indexing.py).
-            await ctx.operator.indexing.wait()
-            if ctx.worker_slots is not None:
-                async with ctx.worker_slots:
-                    await _serve(ctx, key, receive, memory, retire)
-            else:
-                await _serve(ctx, key, receive, memory, retire)
+        # Before taking a slot: waiting for the indices must not hold back the objects
+        # that are still to be indexed (it would not, anyway: see _runtime/indexing.py).
+        await ctx.operator.indexing.wait()
+        slot = _Slot(ctx.worker_slots)
+        try:
+            await slot.acquire()
+            await _serve(ctx, key, mailbox, memory, retire, slot)
+        finally:
+            slot.release()
     finally:
         discard()
+        mailbox.discard()
+
+
+class _Slot:
+    """A worker's place among ``settings.queueing.worker_limit`` (none if unlimited).
+
+    Given back while the worker waits for its own patch behind a held-back stream: the stream
+    is held back until waiting workers take their events, which needs free slots.
+    """
+
+    def __init__(self, slots: trio.Semaphore | None) -> None:
+        self._slots = slots
+        self.held = False
+
+    async def acquire(self) -> None:
+        if self._slots is not None and not self.held:
+            await self._slots.acquire()
+            self.held = True
+
+    def release(self) -> None:
+        if self._slots is not None and self.held:
+            self.held = False
+            self._slots.release()
 
 
 async def _serve(
     ctx: ResourceContext,
     key: str,
-    receive: trio.MemoryReceiveChannel[RawEvent],
+    mailbox: Mailbox,
     memory: ObjectMemory,
     retire: Callable[[], bool],
+    slot: _Slot,
 ) -> None:
     ctx.workers_busy += 1
     try:
-        await _serve_busy(ctx, key, receive, memory, retire)
+        await _serve_busy(ctx, key, mailbox, memory, retire, slot)
     finally:
         ctx.workers_busy -= 1
 
@@ -131,9 +134,10 @@ async def _serve(
 async def _serve_busy(
     ctx: ResourceContext,
     key: str,
-    receive: trio.MemoryReceiveChannel[RawEvent],
+    mailbox: Mailbox,
     memory: ObjectMemory,
     retire: Callable[[], bool],
+    slot: _Slot,
 ) -> None:
     settings = ctx.settings
     pending: list[RawEvent] = []  # received, not yet seen by the on.event handlers
@@ -166,9 +170,9 @@ async def _serve_busy(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
-            open_ = await _wait(ctx, receive, pending, settings.queueing.idle_timeout, wake)
+            open_ = await _wait(ctx, mailbox, pending, settings.queueing.idle_timeout, wake)
             if not pending:
-                open_ = _drain(receive, pending) and open_
+                open_ = mailbox.drain(pending) and open_
                 if not pending and wake is not None and wake.is_set() and open_:
                     memory.daemons.rearm()  # each end wakes us up once
                     latest = last
@@ -176,17 +180,17 @@ async def _serve_busy(
                 if not pending and (not open_ or (not holding and retire())):
                     return
                 continue
-        open_ = _drain(receive, pending) and open_
+        open_ = mailbox.drain(pending) and open_
 
         if pending and not ctx.operator.indexing.ready:
             # A watcher of an indexed resource has (re)started: wait until it is indexed.
             await ctx.operator.indexing.wait()
-            open_ = _drain(receive, pending) and open_
+            open_ = mailbox.drain(pending) and open_
 
         if pending:
             # Our own last patch is among the new events: the states after it are consistent.
             expected = memory.expected_version
-            if expected is not None and any(_version(event) == expected for event in pending):
+            if expected is not None and mailbox.has_seen(expected):
                 memory.expected_version = None
             latest = pending[-1]
             events = list(pending)
@@ -212,8 +216,11 @@ async def _serve_busy(
         # Consistency: our own last patch must come back on the stream before change handlers
         # look at the object, or they would act on a state older than what they wrote. A new
         # event wakes us up: it may be ours. DELETED needs no waiting: nothing is left to do.
+        # The time the watcher held its stream back (a storm) does not count: our event may
+        # be among what was not read meanwhile.
         if memory.expected_version is not None and latest["type"] != "DELETED":
-            remaining = memory.consistency_deadline - trio.current_time()
+            held_back = ctx.backlog.stalled_time() - memory.consistency_stalls
+            remaining = memory.consistency_deadline + held_back - trio.current_time()
             if remaining > 0 and carried:
                 # As Kopf: no waiting with a patch at hand; apply it, skip the change handling.
                 try:
@@ -230,9 +237,14 @@ async def _serve_busy(
             if remaining > 0:
                 if not open_:
                     return  # stopping: our version will never come; the next run handles it
-                open_ = await _wait(ctx, receive, pending, remaining)
-                if pending or not open_:
-                    continue
+                # Woken up when the stream is held back meanwhile, to give the slot back.
+                if ctx.backlog.stalled:
+                    slot.release()
+                    open_ = await _wait(ctx, mailbox, pending, remaining)
+                else:
+                    open_ = await _wait(ctx, mailbox, pending, remaining, ctx.backlog.stalling)
+                await slot.acquire()
+                continue  # with the events that came, or to see if the deadline has moved
             objlogger.debug(
                 f"Consistency is assumed: version {memory.expected_version!r} has not arrived "
                 f"within {settings.persistence.consistency_timeout} seconds."
@@ -282,7 +294,7 @@ async def _serve_busy(
                 objlogger.debug(f"Sleeping for {delay} seconds for the delayed handlers.")
             deadline = trio.current_time() + delay
             wake = memory.daemons.changed if outcome.awaiting_daemons else None
-            open_ = await _wait(ctx, receive, pending, delay, wake)
+            open_ = await _wait(ctx, mailbox, pending, delay, wake)
             if pending:
                 left = max(0.0, deadline - trio.current_time())
                 objlogger.debug(f"Sleeping was interrupted by new changes, {left:g} seconds left.")
@@ -312,6 +324,7 @@ def _expect(ctx: ResourceContext, memory: ObjectMemory, version: str | None) -> 
     if version is not None and timeout > 0:
         memory.expected_version = version
         memory.consistency_deadline = trio.current_time() + timeout
+        memory.consistency_stalls = ctx.backlog.stalled_time()
 
 
 async def _throttle(

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["LineSplitter", "WatchEvent", "WatchLineError", "decode_watch_line"]
+__all__ = ["MAX_LINE_BYTES", "LineSplitter", "WatchEvent", "WatchLineError", "decode_watch_line"]
 
 
 class WatchEvent(msgspec.Struct):
@@ -46,10 +46,17 @@ def decode_watch_line(line: bytes) -> WatchEvent:
     """Decode one line of a watch stream, or raise :class:`WatchLineError`."""
     try:
         return _EVENT_DECODER.decode(line)
-    except msgspec.DecodeError as exc:  # ValidationError is a subclass: wrong shape
+    # ValidationError is a DecodeError (wrong shape); bytes that are not UTF-8 in a string
+    # raise UnicodeDecodeError instead, which must not end the stream either.
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         excerpt = line[:_EXCERPT]
         more = "..." if len(line) > _EXCERPT else ""
         raise WatchLineError(f"Not a watch event ({exc}): {excerpt!r}{more}", line) from exc
+
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""The longest watch line kept: an object is at most ~1.5 MiB in etcd by default, so a longer
+line is garbage (or an attack) and would only grow the operator's memory while it arrives."""
 
 
 class LineSplitter:
@@ -59,36 +66,77 @@ class LineSplitter:
     unfinished line are collected in a list and joined once, so a long line costs linear time.
     Blank lines are dropped. Feed chunks with :meth:`feed`, take complete lines with
     :meth:`pop`, and call :meth:`finish` at the end of the stream to flush an unterminated line.
+
+    A line longer than ``max_line`` bytes is not kept: its bytes are dropped as they come, and in
+    its place comes a short line that says so (with the line's beginning), which no decoder
+    takes for an event -- so the reader logs it as undecodable and goes on with the next line.
     """
 
-    __slots__ = ("_partial", "_ready")
+    __slots__ = ("_head", "_max_line", "_partial", "_ready", "_size", "_skipping")
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._partial: list[bytes] = []
         self._ready: deque[bytes] = deque()
+        self._max_line = max_line
+        self._size = 0  # bytes in _partial
+        self._skipping = 0  # bytes of an oversized line dropped so far (0: not skipping)
+        self._head = b""
 
     def feed(self, chunk: bytes) -> None:
         if b"\n" not in chunk:
-            if chunk:
-                self._partial.append(chunk)
+            self._add(chunk)
             return
         pieces = chunk.split(b"\n")
-        if self._partial:
-            self._partial.append(pieces[0])
-            pieces[0] = b"".join(self._partial)
-            self._partial.clear()
+        self._add(pieces[0])
+        first = self._take()
+        if first is not None:
+            pieces[0] = first
+        else:
+            del pieces[0]
         tail = pieces.pop()
-        if tail:
-            self._partial.append(tail)
         self._ready.extend(piece for piece in pieces if piece and not piece.isspace())
+        self._add(tail)
+
+    def _add(self, piece: bytes) -> None:
+        if not piece:
+            return
+        if self._skipping:
+            self._skipping += len(piece)
+            return
+        self._partial.append(piece)
+        self._size += len(piece)
+        if self._size > self._max_line:
+            joined = b"".join(self._partial)
+            self._head = joined[:_EXCERPT]
+            self._skipping = len(joined)
+            self._partial.clear()
+            self._size = 0
+
+    def _take(self) -> bytes | None:
+        """The line ending here: the collected pieces, or the note about a skipped one."""
+        if self._skipping:
+            note = (
+                (
+                    f"(a line of {self._skipping} bytes, over the limit of {self._max_line}, "
+                    "was skipped; it began with: "
+                ).encode()
+                + self._head
+                + b")"
+            )
+            self._skipping, self._head = 0, b""
+            return note
+        if not self._partial:
+            return b""
+        line = b"".join(self._partial)
+        self._partial.clear()
+        self._size = 0
+        return line
 
     def finish(self) -> None:
         """The stream has ended: whatever is left is the last line, if it is not blank."""
-        if self._partial:
-            last = b"".join(self._partial)
-            self._partial.clear()
-            if not last.isspace():
-                self._ready.append(last)
+        last = self._take()
+        if last and not last.isspace():
+            self._ready.append(last)
 
     def pop(self) -> bytes | None:
         """The next complete line, or ``None`` if more data is needed."""
@@ -97,4 +145,4 @@ class LineSplitter:
     @property
     def pending(self) -> int:
         """How many bytes of an unfinished line are buffered."""
-        return sum(len(part) for part in self._partial)
+        return self._size

@@ -77,13 +77,15 @@ class Posting:
         self.finished = trio.Event()
 
     @contextlib.asynccontextmanager
-    async def running(self, **kwargs: Any) -> AsyncIterator[Posting]:
+    async def running(self, max_queued: int | None = None, **kwargs: Any) -> AsyncIterator[Posting]:
         """While inside, ``trioperator.event()`` & co. of this task queue to a running poster.
 
         (A context manager entered in the test's own task: a context variable set by a
         fixture would not be seen by the test.)
         """
-        send, receive = open_poster_channel()
+        send, receive = (
+            open_poster_channel() if max_queued is None else open_poster_channel(max_queued)
+        )
         self.send = send
 
         async def poster(*, task_status: trio.TaskStatus[None]) -> None:

@@ -51,6 +51,29 @@ def reasons(api: FakeAPI) -> list[str]:
     return [e["reason"] for e in posted(api)]
 
 
+async def test_a_flood_of_events_beyond_the_queue_is_dropped_with_a_warning(
+    autojump_clock: Any,
+    posting: Any,
+    fake_api: FakeAPI,
+    helpers: Any,
+    caplog_trioperator: pytest.LogCaptureFixture,
+) -> None:
+    async with posting.running(max_queued=3):
+        # No checkpoint: the poster takes the first one (it waits for it), 3 are queued.
+        for i in range(10):
+            info(BODY, reason=f"Flood{i}")
+        await helpers.wait_until(lambda: len(posted(fake_api)) == 4)
+        info(BODY, reason="AfterTheFlood")
+        await helpers.wait_until(lambda: len(posted(fake_api)) == 5)
+
+    assert reasons(fake_api) == ["Flood0", "Flood1", "Flood2", "Flood3", "AfterTheFlood"]
+    warnings = [r.getMessage() for r in caplog_trioperator.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert warnings[0].startswith("Too many events are waiting to be posted: dropping new ones")
+    assert "Flood4" in warnings[0]
+    assert warnings[1] == "6 event(s) were dropped: the queue was full."
+
+
 async def test_events_from_async_code_are_posted_in_order_as_kopf_posts_them(
     autojump_clock: Any, posting: Any, fake_api: FakeAPI, helpers: Any
 ) -> None:

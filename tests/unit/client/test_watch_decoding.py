@@ -171,3 +171,26 @@ def test_decode_status_details() -> None:
 @pytest.mark.parametrize("body", [b"", b"nope", b"[]", b'{"code": "x"}'])
 def test_decode_status_garbage(body: bytes) -> None:
     assert decode_status(body) is None
+
+
+def test_an_oversized_line_is_skipped_with_a_note_and_the_next_line_is_intact() -> None:
+    splitter = LineSplitter(max_line=100)
+    splitter.feed(b'{"type":"ADDED","object":{"big":"' + b"x" * 80)
+    splitter.feed(b"x" * 1000)  # over the limit: dropped as it comes, not kept
+    assert splitter.pending == 0
+    splitter.feed(b'"}}\n{"type":"DELETED","object":{}}\n')
+    note = splitter.pop()
+    assert note is not None
+    assert note.startswith(b"(a line of 1116 bytes, over the limit of 100, was skipped;")
+    assert b'it began with: {"type":"ADDED"' in note
+    with pytest.raises(WatchLineError, match="Not a watch event"):
+        decode_watch_line(note)  # the reader logs it as undecodable and goes on
+    line = splitter.pop()
+    assert line is not None
+    assert decode_watch_line(line).type == "DELETED"
+    assert splitter.pop() is None
+
+
+def test_a_line_that_is_not_utf8_is_an_undecodable_line() -> None:
+    with pytest.raises(WatchLineError, match="Not a watch event"):
+        decode_watch_line(b'{"type":"ADDED","object":{"name":"\xff\xfe"}}')

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -127,7 +126,7 @@ def test_fetching_from_annotations(prefix: str, suffix: str) -> None:
 def test_fetching_a_non_object_gives_none_and_broken_json_fails() -> None:
     storage = AnnotationsDiffBaseStorage()
     assert storage.fetch(body=Body({"metadata": {"annotations": {DEFAULT_KEY: "null"}}})) is None
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(ValueError, match=f"annotation {DEFAULT_KEY!r} is not valid JSON"):
         storage.fetch(body=Body({"metadata": {"annotations": {DEFAULT_KEY: "{broken"}}}))
 
 

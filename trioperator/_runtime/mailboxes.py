@@ -1,0 +1,197 @@
+"""The queues between a watcher's router and its per-object workers, bounded under storms.
+
+A worker runs the change handling for the newest state of its object only (level-triggered),
+so its mailbox keeps only the newest event: a new event replaces the queued one (coalescing).
+The exception are resources with ``on.event`` handlers: those see every event, so every event
+is queued until the worker takes it. Either way, the bodies queued in all the mailboxes of one
+watcher are counted (:class:`Backlog`); when ``settings.queueing.max_pending`` are queued, the
+router stops reading the watch-stream until workers have taken some (backpressure). Listings
+are never held back: they hold one body per object at most, and a listing held for long could
+expire between its pages. Nor is anything held back while the indexing gate is closed: the
+workers cannot take anything until it opens, which needs the listings to go on.
+
+Counters of what is queued (for tests, probes and benchmarks) are kept per watcher and for the
+whole operator (:class:`QueueStats`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import trio
+
+from trioperator._engine.bodies import RawEvent
+
+__all__ = ["Backlog", "Mailbox", "QueueStats"]
+
+VERSIONS_KEPT = 32
+"""How many recent resource versions a mailbox remembers, coalesced events' included.
+
+The worker waits for the version of its own last patch to come back on the stream; if a newer
+event replaced that one before the worker looked, the version is still known here. Only more
+than this many events of one object between our patch and the worker's next look would make it
+wait (at most ``settings.persistence.consistency_timeout``) instead."""
+
+
+@dataclasses.dataclass
+class QueueStats:
+    """What the mailboxes of one operator hold now and have held (all its watchers)."""
+
+    held: int = 0
+    """Event bodies queued for workers right now."""
+
+    peak: int = 0
+    """The most ever queued at once."""
+
+    coalesced: int = 0
+    """Events replaced by a newer one of the same object before a worker took them."""
+
+    stalls: int = 0
+    """How many times a watcher stopped reading its stream because too much was queued."""
+
+    def _add(self, count: int) -> None:
+        self.held += count
+        self.peak = max(self.peak, self.held)
+
+
+class Backlog:
+    """The bodies queued in the mailboxes of one watcher, and the wait for room among them."""
+
+    __slots__ = ("_room", "_stalled", "_stalled_since", "_stalling", "_stats", "held", "peak")
+
+    def __init__(self, stats: QueueStats | None = None) -> None:
+        self._stats = stats if stats is not None else QueueStats()
+        self._room = trio.Event()
+        self._stalled = 0.0
+        self._stalled_since: float | None = None
+        self._stalling = trio.Event()
+        self.held = 0
+        self.peak = 0
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the router is waiting for room now (the stream is not read meanwhile)."""
+        return self._stalled_since is not None
+
+    @property
+    def stalling(self) -> trio.Event:
+        """Set when the router begins to wait for room (a new one for every wait)."""
+        return self._stalling
+
+    def stalled_time(self) -> float:
+        """The total time the router has waited for room so far, the ongoing wait included."""
+        ongoing = 0.0
+        if self._stalled_since is not None:
+            ongoing = trio.current_time() - self._stalled_since
+        return self._stalled + ongoing
+
+    @property
+    def stats(self) -> QueueStats:
+        return self._stats
+
+    def add(self, count: int = 1) -> None:
+        self.held += count
+        self.peak = max(self.peak, self.held)
+        self._stats._add(count)
+
+    def remove(self, count: int) -> None:
+        if count:
+            self.held -= count
+            self._stats._add(-count)
+            self._room.set()
+
+    def coalesced(self) -> None:
+        self._stats.coalesced += 1
+
+    async def wait_for_room(self, limit: int) -> None:
+        """Return once fewer than ``limit`` bodies are queued (at once if they already are)."""
+        if self.held < limit:
+            return
+        self._stats.stalls += 1
+        self._stalled_since = trio.current_time()
+        self._stalling.set()
+        self._stalling = trio.Event()
+        try:
+            while self.held >= limit:
+                self._room = trio.Event()
+                await self._room.wait()
+        finally:
+            self._stalled += trio.current_time() - self._stalled_since
+            self._stalled_since = None
+
+
+class Mailbox:
+    """The events of one object on their way from the router to the object's worker.
+
+    One sender (the router) and one receiver (the worker). ``keep_all=False`` keeps only the
+    newest event; ``keep_all=True`` keeps every one, in order (for ``on.event`` handlers).
+    """
+
+    __slots__ = ("_arrived", "_backlog", "_closed", "_events", "_keep_all", "_versions")
+
+    def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
+        self._backlog = backlog
+        self._keep_all = keep_all
+        self._events: deque[RawEvent] = deque()
+        self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
+        self._closed = False
+        self._arrived = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def would_grow(self) -> bool:
+        """Whether the next :meth:`put` adds a body to the backlog (rather than replacing one)."""
+        return self._keep_all or not self._events
+
+    def put(self, event: RawEvent) -> None:
+        """Queue an event (never blocks: the router waits for room before, if it must)."""
+        if self._closed:
+            raise trio.ClosedResourceError("The mailbox is closed.")
+        metadata = event["object"].get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        if isinstance(version, str):
+            self._versions.append(version)
+        if self._events and not self._keep_all:
+            self._events[-1] = event  # the newest state supersedes the queued one
+            self._backlog.coalesced()
+        else:
+            self._events.append(event)
+            self._backlog.add()
+        self._arrived.set()
+
+    def drain(self, into: list[RawEvent]) -> bool:
+        """Move everything queued into ``into``; return False once closed (nothing more comes)."""
+        count = len(self._events)
+        if count:
+            into.extend(self._events)
+            self._events.clear()
+            self._backlog.remove(count)
+        return not self._closed
+
+    async def wait(self, into: list[RawEvent]) -> bool:
+        """Wait for at least one event (moved into ``into``) or the closing; as :meth:`drain`."""
+        while not self._events and not self._closed:
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+        return self.drain(into)
+
+    def has_seen(self, version: str) -> bool:
+        """Whether an event of this resource version has come (recently; see VERSIONS_KEPT)."""
+        return version in self._versions
+
+    def close(self) -> None:
+        """No more events will come; the worker still takes what is queued."""
+        self._closed = True
+        self._arrived.set()
+
+    def discard(self) -> None:
+        """The worker is gone: drop what is queued (it is no longer counted as held)."""
+        self._closed = True
+        self._backlog.remove(len(self._events))
+        self._events.clear()
