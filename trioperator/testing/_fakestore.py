@@ -25,6 +25,13 @@ from typing import Any, Literal
 
 import msgspec
 
+from trioperator._engine.patches import (
+    JSONPatchError,
+    apply_json_patch,
+    apply_merge_patch,
+    json_equal,
+)
+
 JSON = Any
 Obj = dict[str, Any]
 ResourceKey = tuple[str, str]  # (group, plural)
@@ -476,139 +483,6 @@ class FieldSelector:
             if (actual == expected) != equal:
                 return False
         return True
-
-
-# ----------------------------------------------------------------------------- patch algorithms
-
-
-class JsonPatchError(Exception):
-    pass
-
-
-def merge_patch(target: JSON, patch: JSON) -> JSON:
-    """RFC 7386: objects merge recursively, ``null`` removes a key, anything else replaces."""
-    if not isinstance(patch, dict):
-        return clone(patch)
-    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def _pointer(path: Any) -> list[str]:
-    if not isinstance(path, str) or (path and not path.startswith("/")):
-        raise JsonPatchError(f"invalid JSON pointer: {path!r}")
-    if not path:
-        return []
-    return [token.replace("~1", "/").replace("~0", "~") for token in path[1:].split("/")]
-
-
-def _walk(doc: JSON, tokens: list[str]) -> JSON:
-    for token in tokens:
-        doc = _child(doc, token)
-    return doc
-
-
-def _child(container: JSON, token: str) -> JSON:
-    if isinstance(container, dict):
-        if token not in container:
-            raise JsonPatchError(f"missing key {token!r}")
-        return container[token]
-    if isinstance(container, list):
-        index = _index(container, token, allow_end=False)
-        return container[index]
-    raise JsonPatchError(f"cannot descend into a scalar at {token!r}")
-
-
-def _index(container: list[Any], token: str, *, allow_end: bool) -> int:
-    if allow_end and token == "-":
-        return len(container)
-    if not re.fullmatch(r"0|[1-9][0-9]*", token):
-        raise JsonPatchError(f"invalid array index {token!r}")
-    index = int(token)
-    if index > len(container) or (index == len(container) and not allow_end):
-        raise JsonPatchError(f"array index {index} out of bounds")
-    return index
-
-
-def _add(doc: JSON, tokens: list[str], value: JSON) -> JSON:
-    if not tokens:
-        return value
-    parent = _walk(doc, tokens[:-1])
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, allow_end=True), value)
-    else:
-        raise JsonPatchError("cannot add to a scalar")
-    return doc
-
-
-def _remove(doc: JSON, tokens: list[str]) -> tuple[JSON, JSON]:
-    if not tokens:
-        raise JsonPatchError("cannot remove the whole document")
-    parent = _walk(doc, tokens[:-1])
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise JsonPatchError(f"missing key {last!r}")
-        return doc, parent.pop(last)
-    if isinstance(parent, list):
-        return doc, parent.pop(_index(parent, last, allow_end=False))
-    raise JsonPatchError("cannot remove from a scalar")
-
-
-def json_equal(a: JSON, b: JSON) -> bool:
-    """Equality of JSON values where booleans are not numbers (unlike Python's ``True == 1``)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    return type(a) is type(b) and bool(a == b)
-
-
-def json_patch(doc: JSON, operations: list[Any]) -> JSON:
-    """RFC 6902 on a private copy of ``doc``; raises :class:`JsonPatchError` on any failure."""
-    doc = clone(doc)
-    for op in operations:
-        if not isinstance(op, dict):
-            raise JsonPatchError("an operation must be an object")
-        kind = op.get("op")
-        tokens = _pointer(op.get("path"))
-        if kind in ("add", "replace", "test") and "value" not in op:
-            raise JsonPatchError(f"{kind} needs a value")
-        if kind == "add":
-            doc = _add(doc, tokens, clone(op["value"]))
-        elif kind == "remove":
-            doc, _ = _remove(doc, tokens)
-        elif kind == "replace":
-            _walk(doc, tokens)  # must exist
-            if tokens:
-                doc, _ = _remove(doc, tokens)
-            doc = _add(doc, tokens, clone(op["value"]))
-        elif kind in ("move", "copy"):
-            source = _pointer(op.get("from"))
-            if kind == "move":
-                if tokens[: len(source)] == source and tokens != source:
-                    raise JsonPatchError("cannot move a value into its own child")
-                doc, value = _remove(doc, source)
-            else:
-                value = clone(_walk(doc, source))
-            doc = _add(doc, tokens, value)
-        elif kind == "test":
-            if not json_equal(_walk(doc, tokens), op["value"]):
-                raise JsonPatchError(f"testing value {op.get('path')} failed")
-        else:
-            raise JsonPatchError(f"unexpected operation {kind!r}")
-    return doc
 
 
 # --------------------------------------------------------------------------------------- history
@@ -1154,8 +1028,8 @@ class Store:
                     "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
                 )
             try:
-                patched = json_patch(current, operations)
-            except JsonPatchError:
+                patched = apply_json_patch(current, operations)
+            except JSONPatchError:
                 raise StatusError(
                     422,
                     "Invalid",
@@ -1168,7 +1042,7 @@ class Store:
                 patch = _DECODE.decode(data)
             except msgspec.DecodeError:
                 raise StatusError(500, "", "Invalid JSON Patch") from None
-            patched = merge_patch(current, patch)
+            patched = apply_merge_patch(current, patch)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
             raise _bad_request("the patched object is not a Kubernetes object")
         meta = patched["metadata"]
