@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import importlib
-import importlib.util
 import logging
-import os
 import sys
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Annotated, Literal
 
 import cyclopts
@@ -48,11 +44,11 @@ from trioperator._engine.rbac import RBACError, build_manifests, required_permis
 from trioperator._engine.registry import (
     OperatorRegistry,
     get_default_registry,
-    set_default_registry,
 )
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.freezing import PeeringCommandError, Touched, touch_peerings
-from trioperator._runtime.logsetup import configure
+from trioperator._runtime.loading import OperatorCodeError, load_operator_code
+from trioperator._runtime.logsetup import CHATTY_LOGGERS, configure
 from trioperator._runtime.operator import Operator, check_endpoints
 from trioperator._runtime.probing import parse_endpoint
 from trioperator._version import __version__
@@ -202,13 +198,8 @@ def run(
     controls = _CONTROLS.get() or CLIControls()
     registry = controls.registry if controls.registry is not None else get_default_registry()
     # The decorators of the loaded code register into the default registry: while loading,
-    # that is the registry to serve.
-    previous = get_default_registry()
-    set_default_registry(registry)
-    try:
-        load(paths or [], module or [], registry=registry)
-    finally:
-        set_default_registry(previous)
+    # that is the registry to serve (load() sees to it).
+    load(paths or [], module or [], registry=registry)
     operator = Operator(
         registry=registry,
         settings=controls.settings,
@@ -399,8 +390,8 @@ def _command_logging(*, verbose: bool, debug: bool, quiet: bool) -> None:
     # A one-shot command says a few lines: the operator's log formats are not needed here.
     level = logging.DEBUG if (verbose or debug) else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)-8s %(message)s", force=True)
-    # The HTTP library logs every request at INFO; only --debug wants that.
-    for name in ("httpx2", "httpcore2", "httpx", "httpcore", "hpack"):
+    # Libraries that log every request at INFO: only --debug wants that.
+    for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
 
@@ -496,12 +487,7 @@ def rbac(
     if discover:
         known.update(trio.run(_discover_resources))
     registry = OperatorRegistry()
-    previous = get_default_registry()
-    set_default_registry(registry)
-    try:
-        load(paths or [], module or [], registry=registry)
-    finally:
-        set_default_registry(previous)
+    load(paths or [], module or [], registry=registry)
     settings = OperatorSettings()
     settings.peering.standalone = standalone
     settings.peering.clusterwide = not namespaces
@@ -584,33 +570,13 @@ async def _run_operator(operator: Operator, started: Callable[[Operator], object
 
 
 def load(paths: list[str], modules: list[str], *, registry: OperatorRegistry) -> None:
-    """Import the operator's code as Python would, with clear errors for what cannot load."""
+    """Import the operator's code into ``registry``, with clear errors for what cannot load."""
     if not paths and not modules:
         raise UsageError("Nothing to run: name Python files or modules (-m) with handlers.")
-    for path in paths:
-        file = Path(path)
-        if not file.is_file():
-            raise UsageError(f"No such file: {path}")
-        # Like `python file.py`: the file's directory is importable, so are its siblings.
-        directory = str(file.resolve().parent)
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
-        name = f"__trioperator_main_{len(sys.modules)}_{file.stem}"
-        spec = importlib.util.spec_from_file_location(name, file)
-        if spec is None or spec.loader is None:
-            raise UsageError(f"Cannot import {path}: not a Python file.")
-        module_obj = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module_obj
-        spec.loader.exec_module(module_obj)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name or (exc.name and name.startswith(exc.name + ".")):
-                raise UsageError(f"No such module: {name}") from None
-            raise
+    try:
+        load_operator_code(paths, modules, registry=registry)
+    except OperatorCodeError as exc:
+        raise UsageError(str(exc)) from None
     if not len(registry):
         raise UsageError("No handlers were registered by the given files and modules.")
 

@@ -298,6 +298,26 @@ def clock(backend_kind: str) -> trio.testing.MockClock | None:
     return trio.testing.MockClock(autojump_threshold=0) if backend_kind == "fake" else None
 
 
+ROOT_CA_CONFIGMAP = "kube-root-ca.crt"
+
+
+async def _await_cluster_objects(client: httpx.AsyncClient, namespace: str) -> None:
+    """Where the cluster's controllers publish objects into every namespace (as
+    kube-controller-manager does with ``kube-root-ca.crt``), wait until the new namespace has
+    them: arriving later, they would show up in the middle of a test's watch."""
+    publishes = await client.get(f"/api/v1/namespaces/default/configmaps/{ROOT_CA_CONFIGMAP}")
+    if publishes.status_code != 200:
+        return
+    with trio.fail_after(30):
+        while True:
+            published = await client.get(
+                f"/api/v1/namespaces/{namespace}/configmaps/{ROOT_CA_CONFIGMAP}"
+            )
+            if published.status_code == 200:
+                return
+            await trio.sleep(0.1)
+
+
 @pytest.fixture
 async def backend(cluster: Cluster | None) -> AsyncIterator[Backend]:
     namespace = _unique("contract")
@@ -321,6 +341,7 @@ async def backend(cluster: Cluster | None) -> AsyncIterator[Backend]:
     ) as client:
         real = Backend("real", client, namespace, cluster.token)
         await real.ok("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+        await _await_cluster_objects(client, namespace)
         try:
             yield real
         finally:

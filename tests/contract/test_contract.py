@@ -47,6 +47,11 @@ def status(code: int, reason: str | None, message: str, details: Any = None) -> 
     return body
 
 
+def ours(items: list[dict[str, Any]], names: set[str]) -> list[dict[str, Any]]:
+    """The listed objects that a test created itself, in the order listed."""
+    return [item for item in items if item["metadata"]["name"] in names]
+
+
 def without_causes(body: dict[str, Any]) -> dict[str, Any]:
     """The real server repeats some validation causes; compare them as a set, separately."""
     details = {k: v for k, v in body.get("details", {}).items() if k != "causes"}
@@ -91,8 +96,9 @@ async def test_create_get_list_delete(backend: Backend) -> None:
     assert (listing["kind"], listing["apiVersion"]) == ("ConfigMapList", "v1")
     assert set(listing["metadata"]) == {"resourceVersion"}
     assert rv(listing) >= rv(created)
-    # Typed lists carry no kind/apiVersion in their items.
-    assert [scrub(item) for item in listing["items"]] == [
+    # Typed lists carry no kind/apiVersion in their items. A real cluster's controllers put
+    # objects of their own into every namespace (e.g. `kube-root-ca.crt`): only ours count.
+    assert [scrub(item) for item in ours(listing["items"], {"cm1"})] == [
         {"metadata": {"name": "cm1", "namespace": ns, "labels": {"a": "b"}}, "data": {"x": "1"}}
     ]
 
@@ -622,6 +628,9 @@ async def test_validation_errors(backend: Backend) -> None:
 # ------------------------------------------------------------------------------ lists
 
 
+LABELLED = ["pg0", "pg1", "pg2", "pg3", "pg4", "plain"]
+
+
 async def _labelled_configmaps(backend: Backend) -> None:
     await backend.ok("POST", backend.cm_path(), {"metadata": {"name": "plain"}})
     for i in range(5):
@@ -636,8 +645,9 @@ async def test_label_selectors_in_lists(backend: Backend) -> None:
     await _labelled_configmaps(backend)
 
     async def names(selector: str) -> list[str]:
+        # What the server selected among the test's own objects (a real cluster adds others).
         listing = await backend.ok("GET", backend.cm_path(), params={"labelSelector": selector})
-        return [item["metadata"]["name"] for item in listing["items"]]
+        return [item["metadata"]["name"] for item in ours(listing["items"], set(LABELLED))]
 
     assert await names("pg=yes") == ["pg0", "pg1", "pg2", "pg3", "pg4"]
     assert await names("pg==yes,i=2") == ["pg2"]
@@ -693,6 +703,12 @@ async def test_field_selectors(backend: Backend) -> None:
 
 async def test_pagination(backend: Backend) -> None:
     await _labelled_configmaps(backend)
+    # A real cluster's controllers may have put objects of their own into the namespace (e.g.
+    # `kube-root-ca.crt`): the pages are checked against the whole list, whatever it holds.
+    everything = [
+        i["metadata"]["name"] for i in (await backend.ok("GET", backend.cm_path()))["items"]
+    ]
+    assert [name for name in everything if name in LABELLED] == LABELLED
     pages: list[dict[str, Any]] = []
     params = {"limit": "2"}
     while True:
@@ -703,11 +719,12 @@ async def test_pagination(backend: Backend) -> None:
             break
         params = {"limit": "2", "continue": token}
     assert [[i["metadata"]["name"] for i in p["items"]] for p in pages] == [
-        ["pg0", "pg1"],
-        ["pg2", "pg3"],
-        ["pg4", "plain"],
+        everything[start : start + 2] for start in range(0, len(everything), 2)
     ]
-    assert [p["metadata"].get("remainingItemCount") for p in pages] == [4, 2, None]
+    assert [p["metadata"].get("remainingItemCount") for p in pages] == [
+        *(len(everything) - 2 * (n + 1) for n in range(len(pages) - 1)),
+        None,
+    ]
     assert len({p["metadata"]["resourceVersion"] for p in pages}) == 1  # one consistent snapshot
 
     # With a selector the remaining count is unknown.
@@ -717,7 +734,7 @@ async def test_pagination(backend: Backend) -> None:
 
     # resourceVersion=0 is served from the watch cache, which ignores the limit.
     page = await backend.ok("GET", backend.cm_path(), params={"limit": "2", "resourceVersion": "0"})
-    assert len(page["items"]) == 6
+    assert len(page["items"]) == len(everything)
     assert "continue" not in page["metadata"]
 
     response = await backend.request(
@@ -788,14 +805,20 @@ async def test_watch_sees_live_changes(
 async def test_watch_without_resource_version_lists_first(
     backend: Backend, clock: trio.testing.MockClock | None, start: str
 ) -> None:
-    await backend.ok("POST", backend.cm_path(), {"metadata": {"name": "b"}})
-    await backend.ok("POST", backend.cm_path(), {"metadata": {"name": "a"}})
+    # Labelled and watched by the label: a real cluster's own objects in the namespace (e.g.
+    # `kube-root-ca.crt`) stay out of the initial listing.
+    labels = {"listed-first": "yes"}
+    await backend.ok("POST", backend.cm_path(), {"metadata": {"name": "b", "labels": labels}})
+    await backend.ok("POST", backend.cm_path(), {"metadata": {"name": "a", "labels": labels}})
 
     async def change() -> None:
         await backend.patch(backend.cm_path("b"), {"data": {"x": "1"}})
 
     events = await backend.watch(
-        backend.cm_path(), {"resourceVersion": start}, count=3, during=change
+        backend.cm_path(),
+        {"resourceVersion": start, "labelSelector": "listed-first=yes"},
+        count=3,
+        during=change,
     )
     assert sorted((e["type"], e["object"]["metadata"]["name"]) for e in events[:2]) == [
         ("ADDED", "a"),

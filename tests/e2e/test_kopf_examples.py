@@ -9,10 +9,6 @@ least once), the expected failures fail exactly once, and the operator exits wit
 
 Kopf's e2e harness shortens the default retry backoff through its settings; the same is done
 here by a small extra file loaded before the example (an ``on.startup`` that sets the setting).
-
-Examples that need what trioperator does not have yet (other branches of issue 16: asyncio
-handlers, the hierarchies kit, Kopf's types) are ``xfail(strict=True)`` while it is missing, as
-detected when the tests are collected; once it is there, they run and must pass.
 """
 
 from __future__ import annotations
@@ -33,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trioperator
-from trioperator._engine.settings import OperatorSettings
 
 from tests.e2e.conftest import Kubectl, OperatorProcess
 
@@ -53,30 +47,6 @@ FRAMEWORK_LOGINS = (
 UNEXPECTED = re.compile(r"failed with an exception and will (?:try again in [^:]*|stop now): (.*)")
 IMPORT_LINE = re.compile(r"^import kopf$", re.MULTILINE)
 
-
-@dataclasses.dataclass(frozen=True)
-class Need:
-    """A piece of Kopf's surface an example needs, and whether trioperator has it now."""
-
-    what: str
-    present: bool
-
-
-ASYNCIO = Need(
-    "asyncio handlers (issue 16 item 1, branch asyncio)",
-    hasattr(OperatorSettings().execution, "async_flavor"),
-)
-EMBEDDING = Need(
-    "kopf.configure() and kopf.operator() on an asyncio loop (issue 16, branches asyncio+surface)",
-    ASYNCIO.present and hasattr(trioperator, "configure"),
-)
-HIERARCHIES = Need(
-    "kopf.adopt()/kopf.label() (issue 16 item 2, branch surface)",
-    hasattr(trioperator, "adopt") and hasattr(trioperator, "label"),
-)
-TYPES = Need(
-    "the type kopf.Logger (issue 16 item 2, branch surface)", hasattr(trioperator, "Logger")
-)
 
 E2E_SETTINGS = """
 import trioperator as kopf
@@ -134,13 +104,11 @@ class Case:
     errors: tuple[str, ...] = ()
     """Exceptions that handlers are expected to raise (by message); any other fails the test."""
     tracebacks: bool = False
-    needs: tuple[Need, ...] = ()
-    """What the example needs beyond the core: while any is missing, it must fail (strictly)."""
 
 
 CASES = [
     Case("01-minimal", {"create_fn": 1}),
-    Case("02-children", {"create_fn": 1}, needs=(HIERARCHIES,)),
+    Case("02-children", {"create_fn": 1}),
     Case(
         "03-exceptions",
         {"eventual_success_with_a_few_messages": 1},
@@ -175,13 +143,12 @@ CASES = [
         tracebacks=True,
         errors=("Oops!",),
     ),
-    Case("09-testing", {"create_fn": 1}, needs=(TYPES,)),
+    Case("09-testing", {"create_fn": 1}),
     Case(
         "10-builtins",
         {"pod_in_sight": 1, "pod_deleted": 1},
         pod_after=True,
         uses_object=False,
-        needs=(ASYNCIO, TYPES),
     ),
     Case(
         "11-filtering-handlers",
@@ -201,7 +168,6 @@ CASES = [
         },
         created=(r"Creation is processed:", r"Field daemon is satisfied\."),
         patches=(({"spec": {"field": "changed"}}, r"Updating is processed:"),),
-        needs=(TYPES,),
     ),
     Case(
         "13-hooks",
@@ -210,7 +176,6 @@ CASES = [
         startup=r"Served by the background task\.",
         pod_before=True,
         uses_object=False,
-        needs=(ASYNCIO, TYPES),
     ),
     Case(
         "14-daemons",
@@ -219,7 +184,6 @@ CASES = [
         deleted=RELEASED,
         # Kopf's own e2e test waits for these (as the example's comments describe).
         after_deletion=(r"'background_async' is cancelled", r"'background_sync' has exited"),
-        needs=(ASYNCIO, TYPES),
     ),
     Case(
         "15-timers",
@@ -227,7 +191,6 @@ CASES = [
         repeating=frozenset({"every_few_seconds_sync", "every_few_seconds_async"}),
         created=(r"Ping from a sync timer", r"Ping from an async timer"),
         deleted=RELEASED,
-        needs=(TYPES,),
     ),
     Case(
         "16-indexing",
@@ -255,21 +218,12 @@ CASES = [
         patches=(({"spec": {"lst": ["a", "b"]}}, r"Updating is processed:"),),
         tracebacks=True,
         errors=("Whoops!",),
-        needs=(ASYNCIO, HIERARCHIES, TYPES),
     ),
 ]
 
 
-def _missing(needs: tuple[Need, ...]) -> list[Any]:
-    """``xfail(strict=True)`` while anything needed is missing; nothing once it is all there."""
-    missing = [need.what for need in needs if not need.present]
-    if not missing:
-        return []
-    return [pytest.mark.xfail(strict=True, reason=f"needs {'; '.join(missing)}")]
-
-
 def _params(cases: list[Case]) -> list[Any]:
-    return [pytest.param(case, id=case.name, marks=_missing(case.needs)) for case in cases]
+    return [pytest.param(case, id=case.name) for case in cases]
 
 
 # ----------------------------------------------------------------------------- Kopf's sdist
@@ -483,9 +437,7 @@ def default_namespace_objects(kubectl: Kubectl) -> Iterator[None]:
         kubectl("delete", "kopfexample", name, "-n", "default", "--wait=false", check=False)
 
 
-@pytest.mark.parametrize("needs", [pytest.param((EMBEDDING,), marks=_missing((EMBEDDING,)))])
 def test_kopf_example_embedded(
-    needs: tuple[Need, ...],
     kopf_crd: None,
     kopf_examples: Path,
     kubeconfig: Path,

@@ -62,10 +62,6 @@ class LoginError(Exception):
     """No usable credentials can be obtained: none were provided, or all were rejected."""
 
 
-class AccessError(Exception):
-    """The API server was reached, but refuses the access that the operator needs."""
-
-
 # Fields whose values must not end up in logs, tracebacks or reprs.
 _SECRET_FIELDS = frozenset({"password", "token", "private_key_data"})
 # Fields that are long blobs: shown as their size only, to keep reprs readable.

@@ -185,14 +185,16 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _same(a: Any, b: Any) -> bool:
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: booleans are not numbers (unlike ``True == 1`` in Python), and
+    the key order of objects does not matter."""
     kind = _kind(a)
     if kind != _kind(b):
         return False
     if kind == "object":
-        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+        return a.keys() == b.keys() and all(json_equal(a[key], b[key]) for key in a)
     if kind == "array":
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
 
 
@@ -205,7 +207,7 @@ def _diff_values(old: Any, new: Any, pointer: str, ops: JSONPatch) -> None:
         _diff_objects(old, new, pointer, ops)
     elif kind == "array":
         _diff_arrays(old, new, pointer, ops)
-    elif not _same(old, new):
+    elif not json_equal(old, new):
         ops.append({"op": "replace", "path": pointer, "value": new})
 
 
@@ -234,10 +236,10 @@ def _diff_arrays(old: Sequence[Any], new: Sequence[Any], pointer: str, ops: JSON
     """
     shortest = min(len(old), len(new))
     head = 0
-    while head < shortest and _same(old[head], new[head]):
+    while head < shortest and json_equal(old[head], new[head]):
         head += 1
     tail = 0
-    while tail < shortest - head and _same(old[-1 - tail], new[-1 - tail]):
+    while tail < shortest - head and json_equal(old[-1 - tail], new[-1 - tail]):
         tail += 1
     old_mid = old[head : len(old) - tail]
     new_mid = new[head : len(new) - tail]
@@ -262,7 +264,8 @@ def _parse_pointer(pointer: str) -> list[str]:
 def _array_index(container: list[Any], token: str, *, for_insert: bool = False) -> int:
     if for_insert and token == "-":
         return len(container)
-    if not token.isdigit() or (token != "0" and token.startswith("0")):
+    # ASCII digits only: str.isdigit() also accepts e.g. superscripts, which int() refuses.
+    if not (token.isascii() and token.isdigit()) or (token != "0" and token.startswith("0")):
         raise JSONPatchError(f"Not an array index: {token!r}")
     index = int(token)
     limit = len(container) + (1 if for_insert else 0)
@@ -343,6 +346,8 @@ def apply_json_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
     """
     result = copy.deepcopy(doc)
     for op in ops:
+        if not isinstance(op, Mapping):
+            raise JSONPatchError(f"An operation must be an object: {op!r}")
         name = op.get("op")
         path = op.get("path")
         if not isinstance(path, str):
@@ -367,7 +372,7 @@ def apply_json_patch(doc: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
         elif name == "copy":
             result = _add(result, path, copy.deepcopy(_get(result, op["from"])))
         elif name == "test":
-            if not _same(_get(result, path), op["value"]):
+            if not json_equal(_get(result, path), op["value"]):
                 raise JSONPatchTestFailed(f"The test failed at {path!r}: {op['value']!r}")
         else:
             raise JSONPatchError(f"Unknown operation: {op!r}")

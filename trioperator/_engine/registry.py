@@ -26,11 +26,9 @@ from trioperator._engine.handlers import (
     ActivityHandler,
     BaseHandler,
     ChangingHandler,
-    DaemonHandler,
     IndexingHandler,
     ResourceHandler,
     SpawningHandler,
-    TimerHandler,
     WatchingHandler,
     WebhookHandler,
     WebhookType,
@@ -221,9 +219,6 @@ class OperatorRegistry:
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
         return [h for h in self.get_handlers(ActivityHandler) if h.activity == activity]
 
-    def has_activity_handlers(self, activity: Activity) -> bool:
-        return any(h.activity == activity for h in self.get_handlers(ActivityHandler))
-
     def has_watching_handlers(self, resource: Resource) -> bool:
         return self.has_handlers(WatchingHandler, resource)
 
@@ -233,17 +228,8 @@ class OperatorRegistry:
     def has_spawning_handlers(self, resource: Resource) -> bool:
         return self.has_handlers(SpawningHandler, resource)
 
-    def has_daemon_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(DaemonHandler, resource)
-
-    def has_timer_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(TimerHandler, resource)
-
     def has_indexing_handlers(self, resource: Resource) -> bool:
         return self.has_handlers(IndexingHandler, resource)
-
-    def has_webhook_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(WebhookHandler, resource)
 
     def get_extra_fields(self, resource: Resource) -> frozenset[FieldPath]:
         """Fields that changing handlers watch: the diff-base must keep them in the essence

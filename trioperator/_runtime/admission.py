@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import logging
 import math
 from collections.abc import Mapping, MutableMapping
@@ -63,6 +62,7 @@ from trioperator._engine.bodies import Body
 from trioperator._engine.diffs import diff
 from trioperator._engine.errors import ErrorsMode, PermanentError
 from trioperator._engine.handlers import WebhookHandler, WebhookType
+from trioperator._engine.memos import copy_memo
 from trioperator._engine.patches import Patch
 from trioperator._engine.progression import HandlerState
 from trioperator._engine.registry import OperatorRegistry
@@ -319,16 +319,16 @@ class AdmissionServing:
         memo of the object as the operator serves it; else one kept here between reviews (the
         resource has admission handlers only), bounded, and forgotten when it is deleted."""
         if operation == "CREATE":
-            return copy.copy(self.memo)
+            return copy_memo(self.memo)
         memo = self.insights.recall_memo(resource, body)
         if memo is not None:
             return memo
         uid = body.metadata.uid
         if not uid:
-            return copy.copy(self.memo)
+            return copy_memo(self.memo)
         memo = self._memos.pop(uid, None)
         if memo is None:
-            memo = copy.copy(self.memo)
+            memo = copy_memo(self.memo)
         if operation != "DELETE" or dryrun:
             self._memos[uid] = memo  # the most recently used goes last
             while len(self._memos) > MAX_KEPT_MEMOS:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import datetime
-import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -40,11 +39,10 @@ from trioperator._engine.progression import HandlerOutcome, HandlerState, State,
 from trioperator._engine.registry import SubRegistry, collect_subhandlers
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.invocation import invoke, is_async_fn
+from trioperator._runtime.loggers import Logger
 
 if TYPE_CHECKING:
     from trioperator._runtime.metrics import OperatorMetrics
-
-Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
 @dataclasses.dataclass

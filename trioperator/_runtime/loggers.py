@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, MutableMapping
-from typing import Any, TypeAlias
+from typing import Any
 
-Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[Any]
-"""What handlers get as ``logger`` and what the framework's functions accept (Kopf's alias)."""
+# What handlers get as ``logger`` and what the framework's functions accept (Kopf's alias).
+# It is defined once, in the lowest layer that needs it (the API client), and re-exported here.
+from trioperator._client.api import Logger as Logger
 
 OBJECTS_LOGGER_NAME = "trioperator.objects"
 _OBJECTS_LOGGER = logging.getLogger(OBJECTS_LOGGER_NAME)  # one lookup (and lock), not per object

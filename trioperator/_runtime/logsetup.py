@@ -25,7 +25,7 @@ DEFAULT_JSON_REFKEY = "object"
 _HANDLER_NAME = "trioperator.configure"
 
 # Libraries that log every request at INFO; only debug mode wants that.
-_CHATTY_LOGGERS = ("httpx2", "httpcore2", "httpx", "httpcore", "hpack", "asyncio")
+CHATTY_LOGGERS = ("httpx2", "httpcore2", "httpx", "httpcore", "hpack", "asyncio")
 
 
 class LogFormat(enum.Enum):
@@ -63,7 +63,7 @@ def configure(
     root.addHandler(handler)
     root.setLevel(level)
     logging.getLogger(OBJECTS_LOGGER_NAME).setLevel(level)
-    for name in _CHATTY_LOGGERS:
+    for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
 

@@ -6,11 +6,11 @@ object is gone (DELETED). Nothing here is persisted: on-cluster state lives in a
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from trioperator._engine.memos import copy_memo
 from trioperator._engine.patches import PatchFn
 from trioperator._engine.progression import State
 from trioperator._runtime.daemons import DaemonsMemory
@@ -72,7 +72,7 @@ class Memories:
     def recall(self, key: str, *, noticed_by_listing: bool = False) -> ObjectMemory:
         memory = self._items.get(key)
         if memory is None:
-            memory = ObjectMemory(memo=copy.copy(self._memo), noticed_by_listing=noticed_by_listing)
+            memory = ObjectMemory(memo=copy_memo(self._memo), noticed_by_listing=noticed_by_listing)
             self._items[key] = memory
         return memory
 

@@ -39,6 +39,7 @@ import msgspec
 import trio
 import yaml
 
+from trioperator._engine.patches import apply_merge_patch
 from trioperator._util.httpserver import DropConnection, Request, Response, serve_http
 from trioperator.testing._fakestore import (
     Change,
@@ -49,7 +50,6 @@ from trioperator.testing._fakestore import (
     StatusError,
     Store,
     clone,
-    merge_patch,
     resource_not_found,
     watch_event,
 )
@@ -675,7 +675,7 @@ class FakeAPI:
     ) -> Obj:
         """Merge-patch an object, its status included, in one write (see ``put_object``)."""
         return self.put_object(
-            resource, merge_patch(self.get_object(resource, name, namespace), patch)
+            resource, apply_merge_patch(self.get_object(resource, name, namespace), patch)
         )
 
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> None:

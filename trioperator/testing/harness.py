@@ -26,8 +26,6 @@ import copy
 import logging
 import os
 import re
-import runpy
-import sys
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -41,9 +39,9 @@ from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.registry import (
     OperatorRegistry,
     get_default_registry,
-    set_default_registry,
 )
 from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.loading import load_operator_code
 from trioperator._runtime.operator import Operator
 from trioperator.testing.fakeapi import FakeAPI
 
@@ -696,21 +694,7 @@ def load_registry(*paths: str | os.PathLike[str], modules: Iterable[str] = ()) -
     ``trioperator run``, a file's directory is added to ``sys.path`` for its sibling imports.
     """
     registry = OperatorRegistry()
-    previous = get_default_registry()
-    set_default_registry(registry)
-    try:
-        for path in paths:
-            file = Path(path).resolve()
-            if not file.is_file():
-                raise FileNotFoundError(f"No such operator file: {path}")
-            directory = str(file.parent)
-            if directory not in sys.path:
-                sys.path.insert(0, directory)
-            runpy.run_path(str(file), run_name=f"__trioperator_test_{file.stem}__")
-        for name in modules:
-            runpy.run_module(name, run_name=f"__trioperator_test_{name}__")
-    finally:
-        set_default_registry(previous)
+    load_operator_code(paths, modules, registry=registry, fresh=True)
     return registry
 
 

@@ -14,15 +14,9 @@ from typing import Any
 
 import pytest
 import trioperator as kopf
-from trioperator import cli
 from trioperator.testing import FakeAPIThread, KopfRunner, RecordedRequest
 
 pytest_plugins = ["trioperator.testing.pytest_plugin"]
-
-needs_cli_controls = pytest.mark.skipif(
-    not hasattr(cli, "CLIControls"),
-    reason="needs the in-process runner hook in trioperator.cli (CLIControls)",
-)
 
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -69,7 +63,6 @@ def crd(fake_api_thread: FakeAPIThread) -> None:
     fake_api_thread.create_object("customresourcedefinitions", copy.deepcopy(CRD))
 
 
-@needs_cli_controls
 def test_an_operator_file_runs_against_the_fake_api(
     fake_api_thread: FakeAPIThread, fake_kubeconfig: Path, crd: None, operator_file: Path
 ) -> None:
@@ -97,7 +90,6 @@ def test_an_operator_file_runs_against_the_fake_api(
     assert RecordedRequest("GET", "/api", {}, None) in api.requests
 
 
-@needs_cli_controls
 def test_a_failing_startup_is_reraised(
     fake_api_thread: FakeAPIThread, fake_kubeconfig: Path, crd: None, tmp_path: Path
 ) -> None:
@@ -125,7 +117,6 @@ def test_a_failing_startup_is_reraised(
     assert "The operator has failed" in runner.output
 
 
-@needs_cli_controls
 def test_a_usage_error_has_exit_code_2(tmp_path: Path) -> None:
     with KopfRunner(["run", "-A"], reraise=False, timeout=30) as runner:
         pass
@@ -134,7 +125,6 @@ def test_a_usage_error_has_exit_code_2(tmp_path: Path) -> None:
     assert "Nothing to run" in runner.stderr
 
 
-@needs_cli_controls
 def test_the_runner_gives_back_the_streams_and_logging(
     fake_api_thread: FakeAPIThread, fake_kubeconfig: Path, crd: None, operator_file: Path
 ) -> None:

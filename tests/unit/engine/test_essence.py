@@ -1,4 +1,4 @@
-"""The essence of an object: what counts as a change (the rules of kopf-internals §3.3)."""
+"""The essence of an object: what counts as a change (as Kopf 1.45 computes it)."""
 
 from __future__ import annotations
 

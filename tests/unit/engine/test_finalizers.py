@@ -6,7 +6,6 @@ import copy
 from typing import Any
 
 import pytest
-from trioperator._engine import patches
 from trioperator._engine.finalizers import (
     AddFinalizer,
     RemoveFinalizer,
@@ -15,7 +14,7 @@ from trioperator._engine.finalizers import (
     is_deletion_blocked,
     is_deletion_ongoing,
 )
-from trioperator._engine.patches import Patch
+from trioperator._engine.patches import Patch, build_json_patch
 from trioperator._engine.settings import PersistenceSettings
 
 FIN = "kopf.zalando.org/KopfFinalizerMarker"
@@ -223,9 +222,6 @@ def test_removal_of_the_only_finalizer_amounts_to_removing_the_list() -> None:
         "deletionTimestamp": "2020-01-01T00:00:00Z",
     }
 
-    build_json_patch = getattr(patches, "build_json_patch", None)
-    if build_json_patch is None:
-        pytest.skip("JSON-patch building from patch fns is not available yet.")
     ops = build_json_patch(body, patch.fns, resource_version="1234567890")
     assert ops == [
         {"op": "test", "path": "/metadata/resourceVersion", "value": "1234567890"},

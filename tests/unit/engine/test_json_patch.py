@@ -341,9 +341,11 @@ def test_copied_values_are_not_shared() -> None:
         [{"op": "frobnicate", "path": "/c"}],
         [{"path": "/c"}],
         [{"op": "remove"}],
+        [{"op": "remove", "path": "/a/b/\u00b2"}],  # a superscript two is no array index
+        ["remove /c"],
     ],
 )
-def test_invalid_json_patches(ops: list[dict[str, Any]]) -> None:
+def test_invalid_json_patches(ops: list[Any]) -> None:
     with pytest.raises(JSONPatchError):
         apply_json_patch(DOC, ops)
 

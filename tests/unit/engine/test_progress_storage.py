@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -176,8 +177,15 @@ def test_purging_an_empty_body_does_nothing(cls: type[ProgressStorage]) -> None:
 
 
 @pytest.mark.parametrize("cls", ALL_STORAGES)
-def test_flush_does_nothing(cls: type[ProgressStorage]) -> None:
-    cls().flush()
+def test_flush_keeps_what_was_stored(cls: type[ProgressStorage]) -> None:
+    # The storages write into the patch as they go: a flush has nothing left to write or drop.
+    storage = cls()
+    patch = Patch()
+    storage.store(body=Body({}), patch=patch, key=HandlerId("id1"), record=RECORD_1)
+    stored = copy.deepcopy(dict(patch))
+    storage.flush()
+    assert patch == stored
+    assert storage.fetch(body=Body(stored), key=HandlerId("id1")) is not None
 
 
 # ------------------------------------------------------------------ annotations

@@ -765,7 +765,7 @@ T0 = datetime.datetime(2020, 1, 1, tzinfo=UTC)
 
 
 def test_temporary_error_delay_is_stored_with_microseconds() -> None:
-    # kopf-internals §2.5 #5: TemporaryError(delay=296.789) at 2020-01-01T00:00:00.
+    # As Kopf records it: TemporaryError(delay=296.789) at 2020-01-01T00:00:00.
     storage = SmartProgressStorage()
     patch = Patch()
     state = State.from_scratch().with_purpose(Reason.CREATE).with_handlers([h("fn")], now=T0)
@@ -789,7 +789,7 @@ def test_temporary_error_delay_is_stored_with_microseconds() -> None:
 
 
 def test_multistep_progress_then_purge() -> None:
-    # kopf-internals §2.5 #4: asap runs one handler per cycle; the other gets a fresh record.
+    # As in Kopf, asap runs one handler per cycle; the other gets a fresh record.
     storage = SmartProgressStorage()
     handlers = [h("fn1"), h("fn2")]
     t1 = T0 + datetime.timedelta(seconds=1)

@@ -167,8 +167,6 @@ def test_has_queries() -> None:
     registry.append(resource_handler(IndexingHandler, PODS_SELECTOR))
     registry.append(resource_handler(WebhookHandler, reason=WebhookType.MUTATING))
 
-    assert registry.has_activity_handlers(Activity.PROBE)
-    assert not registry.has_activity_handlers(Activity.STARTUP)
     assert ids(registry.get_activity_handlers(Activity.PROBE)) == ["a"]
     assert registry.get_activity_handlers(Activity.CLEANUP) == []
     assert registry.has_watching_handlers(PODS)
@@ -176,11 +174,11 @@ def test_has_queries() -> None:
     assert registry.has_changing_handlers(KEX)
     assert not registry.has_changing_handlers(PODS)
     assert registry.has_spawning_handlers(KEX)
-    assert registry.has_daemon_handlers(KEX)
-    assert not registry.has_timer_handlers(KEX)
+    assert registry.has_handlers(DaemonHandler, KEX)
+    assert not registry.has_handlers(TimerHandler, KEX)
     assert registry.has_indexing_handlers(PODS)
     assert not registry.has_indexing_handlers(KEX)
-    assert registry.has_webhook_handlers(KEX)
+    assert registry.has_handlers(WebhookHandler, KEX)
     assert registry.has_handlers(SpawningHandler, KEX)
 
 

@@ -16,600 +16,47 @@ import base64
 import binascii
 import collections
 import dataclasses
-import hashlib
 import random
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
-JSON = Any
-Obj = dict[str, Any]
-ResourceKey = tuple[str, str]  # (group, plural)
-ChangeType = Literal["ADDED", "MODIFIED", "DELETED"]
-
-_ENCODE = msgspec.json.Encoder()
-_DECODE = msgspec.json.Decoder()
-
-
-def clone(value: JSON) -> JSON:
-    """A deep copy of a JSON-like value (a msgspec round trip is faster than ``deepcopy``)."""
-    return _DECODE.decode(_ENCODE.encode(value))
-
-
-# ---------------------------------------------------------------------------------------- errors
-
-
-class StatusError(Exception):
-    """An API error, carried as the ``metav1.Status`` body that the real server would send."""
-
-    def __init__(
-        self,
-        code: int,
-        reason: str,
-        message: str,
-        details: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(f"{code} {reason}: {message}")
-        self.code = code
-        self.reason = reason
-        self.message = message
-        self.details = dict(details) if details is not None else None
-
-    @property
-    def status(self) -> Obj:
-        body: Obj = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-        }
-        if self.reason:
-            body["reason"] = self.reason
-        if self.details is not None:
-            body["details"] = self.details
-        body["code"] = self.code
-        return body
-
-
-def _bad_request(message: str) -> StatusError:
-    return StatusError(400, "BadRequest", message)
-
-
-def _resource_details(res: ResourceDef, name: str | None) -> dict[str, Any]:
-    details: dict[str, Any] = {}
-    if name is not None:
-        details["name"] = name
-    if res.group:
-        details["group"] = res.group
-    details["kind"] = res.plural
-    return details
-
-
-def not_found(res: ResourceDef, name: str) -> StatusError:
-    return StatusError(
-        404, "NotFound", f'{res.qualified} "{name}" not found', _resource_details(res, name)
-    )
-
-
-def resource_not_found() -> StatusError:
-    """A known API group version but an unknown resource or subresource."""
-    return StatusError(404, "NotFound", "the server could not find the requested resource", {})
-
-
-def _already_exists(res: ResourceDef, name: str) -> StatusError:
-    return StatusError(
-        409,
-        "AlreadyExists",
-        f'{res.qualified} "{name}" already exists',
-        _resource_details(res, name),
-    )
-
-
-def _conflict(res: ResourceDef, name: str) -> StatusError:
-    message = (
-        f'Operation cannot be fulfilled on {res.qualified} "{name}": the object has been modified;'
-        " please apply your changes to the latest version and try again"
-    )
-    return StatusError(409, "Conflict", message, _resource_details(res, name))
-
-
-def _invalid(
-    res: ResourceDef,
-    name: str,
-    causes: list[tuple[str, str, str]],
-    *,
-    kind: str | None = None,
-    by_resource: bool = False,
-) -> StatusError:
-    """A 422 for field errors; ``causes`` are ``(reason, field, message)``.
-
-    The real server names the object by ``Kind.group`` for validation errors and by
-    ``plural.group`` for the update preconditions; ``by_resource`` picks the latter.
-    """
-    kind = kind or res.kind
-    if by_resource:
-        qualified = res.qualified
-        details: dict[str, Any] = _resource_details(res, name or None)
-    else:
-        qualified = f"{kind}.{res.group}" if res.group else kind
-        details = {}
-        if name:
-            details["name"] = name
-        if res.group:
-            details["group"] = res.group
-        details["kind"] = kind
-    texts = [f"{field}: {message}" for _, field, message in causes]
-    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
-    details["causes"] = [
-        {"reason": reason, "message": message, "field": field} for reason, field, message in causes
-    ]
-    return StatusError(422, "Invalid", f'{qualified} "{name}" is invalid: {summary}', details)
-
-
-def _namespace_mismatch() -> StatusError:
-    return _bad_request(
-        "the namespace of the provided object does not match the namespace sent on the request"
-    )
-
-
-def _name_mismatch(body_name: Any, url_name: str) -> StatusError:
-    return _bad_request(
-        f"the name of the object ({body_name}) does not match the name on the URL ({url_name})"
-    )
-
-
-def _expired(message: str) -> StatusError:
-    return StatusError(410, "Expired", message)
-
-
-# ------------------------------------------------------------------------------------- resources
-
-
-_CORE_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
-_CUSTOM_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")
-
-
-@dataclasses.dataclass
-class ResourceDef:
-    """What the store knows about one resource (the union of its served versions)."""
-
-    group: str
-    versions: list[str]
-    """Served versions; the first one is the storage (and preferred) version."""
-    plural: str
-    kind: str
-    namespaced: bool = True
-    singular: str = ""
-    list_kind: str = ""
-    short_names: list[str] = dataclasses.field(default_factory=list)
-    categories: list[str] = dataclasses.field(default_factory=list)
-    status_subresource: bool = False
-    tracks_generation: bool = False
-    custom: bool = False
-    """A custom resource: unstructured semantics (kind required, no strategic merge, ...)."""
-    returns_deleted_object: bool = False
-    """Whether an immediate DELETE answers with the object rather than a ``Status``."""
-    field_labels: tuple[str, ...] = ()
-    """Field selectors supported beyond ``metadata.name`` (and ``metadata.namespace``)."""
-    verbs: tuple[str, ...] = _CORE_VERBS
-    extra_subresources: tuple[str, ...] = ()
-    """Subresources listed in discovery only (e.g. ``namespaces/finalize``)."""
-
-    def __post_init__(self) -> None:
-        self.list_kind = self.list_kind or f"{self.kind}List"
-
-    @property
-    def key(self) -> ResourceKey:
-        return (self.group, self.plural)
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-    @property
-    def storage_version(self) -> str:
-        return self.versions[0]
-
-    def api_version(self, version: str | None = None) -> str:
-        version = version or self.storage_version
-        return f"{self.group}/{version}" if self.group else version
-
-    @property
-    def selectable_fields(self) -> tuple[str, ...]:
-        base = ("metadata.name", "metadata.namespace") if self.namespaced else ("metadata.name",)
-        return base + self.field_labels
-
-    @property
-    def storage_version_hash(self) -> str:
-        digest = hashlib.sha256(
-            f"{self.group}/{self.storage_version}/{self.kind}".encode()
-        ).digest()
-        return base64.b64encode(digest[:8]).decode()
-
-    def discovery_entries(self) -> list[Obj]:
-        entry: Obj = {
-            "name": self.plural,
-            "singularName": self.singular if self.custom else "",
-            "namespaced": self.namespaced,
-            "kind": self.kind,
-            "verbs": list(self.verbs),
-        }
-        if self.short_names:
-            entry["shortNames"] = list(self.short_names)
-        if self.categories:
-            entry["categories"] = list(self.categories)
-        entry["storageVersionHash"] = self.storage_version_hash
-        entries = [entry]
-        subresources = sorted(
-            [*self.extra_subresources, *(("status",) if self.status_subresource else ())]
-        )
-        for sub in subresources:
-            verbs = ["update"] if sub == "finalize" else ["get", "patch", "update"]
-            entries.append(
-                {
-                    "name": f"{self.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": self.namespaced,
-                    "kind": self.kind,
-                    "verbs": verbs,
-                }
-            )
-        return entries
-
-
-def builtin_resources() -> list[ResourceDef]:
-    """The built-in resources the fake serves (a small subset of a real cluster's)."""
-    return [
-        ResourceDef(
-            "",
-            ["v1"],
-            "namespaces",
-            "Namespace",
-            namespaced=False,
-            short_names=["ns"],
-            status_subresource=True,
-            returns_deleted_object=True,
-            field_labels=("status.phase",),
-            verbs=tuple(v for v in _CORE_VERBS if v != "deletecollection"),
-            extra_subresources=("finalize",),
-        ),
-        ResourceDef("", ["v1"], "configmaps", "ConfigMap", short_names=["cm"]),
-        ResourceDef("", ["v1"], "secrets", "Secret", field_labels=("type",)),
-        ResourceDef(
-            "",
-            ["v1"],
-            "pods",
-            "Pod",
-            short_names=["po"],
-            categories=["all"],
-            status_subresource=True,
-            returns_deleted_object=True,
-            field_labels=(
-                "spec.nodeName",
-                "spec.restartPolicy",
-                "spec.schedulerName",
-                "spec.serviceAccountName",
-                "status.phase",
-                "status.podIP",
-                "status.nominatedNodeName",
-            ),
-        ),
-        ResourceDef(
-            "",
-            ["v1"],
-            "events",
-            "Event",
-            short_names=["ev"],
-            field_labels=(
-                "involvedObject.kind",
-                "involvedObject.namespace",
-                "involvedObject.name",
-                "involvedObject.uid",
-                "involvedObject.apiVersion",
-                "involvedObject.resourceVersion",
-                "involvedObject.fieldPath",
-                "reason",
-                "reportingComponent",
-                "source",
-                "type",
-            ),
-        ),
-        ResourceDef(
-            "admissionregistration.k8s.io",
-            ["v1"],
-            "mutatingwebhookconfigurations",
-            "MutatingWebhookConfiguration",
-            namespaced=False,
-            categories=["api-extensions"],
-        ),
-        ResourceDef(
-            "admissionregistration.k8s.io",
-            ["v1"],
-            "validatingwebhookconfigurations",
-            "ValidatingWebhookConfiguration",
-            namespaced=False,
-            categories=["api-extensions"],
-        ),
-        ResourceDef(
-            "apiextensions.k8s.io",
-            ["v1"],
-            "customresourcedefinitions",
-            "CustomResourceDefinition",
-            namespaced=False,
-            short_names=["crd", "crds"],
-            categories=["api-extensions"],
-            status_subresource=True,
-            tracks_generation=True,
-            returns_deleted_object=True,
-        ),
-        ResourceDef("coordination.k8s.io", ["v1"], "leases", "Lease"),
-        ResourceDef("events.k8s.io", ["v1"], "events", "Event", short_names=["ev"]),
-    ]
-
-
-# ------------------------------------------------------------------------------------- selectors
-
-_LABEL_KEY = r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
-_LABEL_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
-_RE_EXISTS = re.compile(rf"\s*(!?)\s*({_LABEL_KEY})\s*")
-_RE_EQUALS = re.compile(rf"\s*({_LABEL_KEY})\s*(==|=|!=)\s*({_LABEL_VALUE})\s*")
-_RE_SET = re.compile(rf"\s*({_LABEL_KEY})\s+(in|notin)\s*\(([^()]*)\)\s*")
-_RE_ORDER = re.compile(rf"\s*({_LABEL_KEY})\s*([<>])\s*(-?[0-9]+)\s*")
-_RE_VALUE = re.compile(_LABEL_VALUE)
-
-
-def _split_requirements(text: str) -> list[str]:
-    """Split a selector on the commas that are not inside ``in (...)`` sets."""
-    parts: list[str] = []
-    depth = 0
-    current: list[str] = []
-    for char in text:
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    parts.append("".join(current))
-    return parts
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelSelector:
-    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-
-    @classmethod
-    def parse(cls, text: str | None) -> LabelSelector:
-        if text is None or not text.strip():
-            return cls()
-        requirements: list[tuple[str, str, tuple[str, ...]]] = []
-        for part in _split_requirements(text):
-            if m := _RE_EXISTS.fullmatch(part):
-                requirements.append((m[2], "!" if m[1] else "exists", ()))
-            elif m := _RE_EQUALS.fullmatch(part):
-                requirements.append((m[1], "!=" if m[2] == "!=" else "=", (m[3],)))
-            elif m := _RE_SET.fullmatch(part):
-                values = tuple(v.strip() for v in m[3].split(","))
-                if values == ("",):
-                    raise _bad_request(
-                        f"unable to parse requirement: for '{m[2]}', '{m[2]}' operators,"
-                        " values set can't be empty"
-                    )
-                if not all(_RE_VALUE.fullmatch(v) for v in values):
-                    raise _bad_request(f"unable to parse requirement: invalid values in {part!r}")
-                requirements.append((m[1], m[2], values))
-            elif m := _RE_ORDER.fullmatch(part):
-                requirements.append((m[1], m[2], (m[3],)))
-            else:
-                raise _bad_request(f"unable to parse requirement: {part.strip()!r}")
-        return cls(tuple(requirements))
-
-    def matches(self, labels: Mapping[str, str] | None) -> bool:
-        labels = labels or {}
-        for key, op, values in self.requirements:
-            present = key in labels
-            value = labels.get(key)
-            if op == "exists":
-                ok = present
-            elif op == "!":
-                ok = not present
-            elif op == "=":
-                ok = present and value == values[0]
-            elif op == "!=":
-                ok = value != values[0]
-            elif op == "in":
-                ok = present and value in values
-            elif op == "notin":
-                ok = value not in values
-            else:  # "<" / ">" compare integers; non-integer labels never match
-                try:
-                    number = int(value or "")
-                except ValueError:
-                    return False
-                ok = number < int(values[0]) if op == "<" else number > int(values[0])
-            if not ok:
-                return False
-        return True
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldSelector:
-    requirements: tuple[tuple[str, bool, str], ...] = ()  # (field, equal?, value)
-
-    @classmethod
-    def parse(cls, text: str | None, res: ResourceDef) -> FieldSelector:
-        if text is None or not text.strip():
-            return cls()
-        requirements: list[tuple[str, bool, str]] = []
-        for part in text.split(","):
-            m = re.fullmatch(r"\s*([^=!\s]+)\s*(==|=|!=)\s*(.*?)\s*", part)
-            if m is None:
-                raise _bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
-            field, op, value = m[1], m[2], m[3]
-            if field not in res.selectable_fields:
-                if res.custom or res.field_labels:
-                    raise _bad_request(f"field label not supported: {field}")
-                known = ", ".join(f'"{f}"' for f in res.selectable_fields)
-                raise _bad_request(f'"{field}" is not a known field selector: only {known}')
-            requirements.append((field, op != "!=", value))
-        return cls(tuple(requirements))
-
-    def matches(self, obj: Obj) -> bool:
-        for field, equal, expected in self.requirements:
-            value: Any = obj
-            for step in field.split("."):
-                value = value.get(step) if isinstance(value, dict) else None
-            actual = (
-                ""
-                if value is None
-                else str(value).lower()
-                if isinstance(value, bool)
-                else str(value)
-            )
-            if (actual == expected) != equal:
-                return False
-        return True
-
-
-# ----------------------------------------------------------------------------- patch algorithms
-
-
-class JsonPatchError(Exception):
-    pass
-
-
-def merge_patch(target: JSON, patch: JSON) -> JSON:
-    """RFC 7386: objects merge recursively, ``null`` removes a key, anything else replaces."""
-    if not isinstance(patch, dict):
-        return clone(patch)
-    result: dict[str, Any] = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def _pointer(path: Any) -> list[str]:
-    if not isinstance(path, str) or (path and not path.startswith("/")):
-        raise JsonPatchError(f"invalid JSON pointer: {path!r}")
-    if not path:
-        return []
-    return [token.replace("~1", "/").replace("~0", "~") for token in path[1:].split("/")]
-
-
-def _walk(doc: JSON, tokens: list[str]) -> JSON:
-    for token in tokens:
-        doc = _child(doc, token)
-    return doc
-
-
-def _child(container: JSON, token: str) -> JSON:
-    if isinstance(container, dict):
-        if token not in container:
-            raise JsonPatchError(f"missing key {token!r}")
-        return container[token]
-    if isinstance(container, list):
-        index = _index(container, token, allow_end=False)
-        return container[index]
-    raise JsonPatchError(f"cannot descend into a scalar at {token!r}")
-
-
-def _index(container: list[Any], token: str, *, allow_end: bool) -> int:
-    if allow_end and token == "-":
-        return len(container)
-    if not re.fullmatch(r"0|[1-9][0-9]*", token):
-        raise JsonPatchError(f"invalid array index {token!r}")
-    index = int(token)
-    if index > len(container) or (index == len(container) and not allow_end):
-        raise JsonPatchError(f"array index {index} out of bounds")
-    return index
-
-
-def _add(doc: JSON, tokens: list[str], value: JSON) -> JSON:
-    if not tokens:
-        return value
-    parent = _walk(doc, tokens[:-1])
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, allow_end=True), value)
-    else:
-        raise JsonPatchError("cannot add to a scalar")
-    return doc
-
-
-def _remove(doc: JSON, tokens: list[str]) -> tuple[JSON, JSON]:
-    if not tokens:
-        raise JsonPatchError("cannot remove the whole document")
-    parent = _walk(doc, tokens[:-1])
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise JsonPatchError(f"missing key {last!r}")
-        return doc, parent.pop(last)
-    if isinstance(parent, list):
-        return doc, parent.pop(_index(parent, last, allow_end=False))
-    raise JsonPatchError("cannot remove from a scalar")
-
-
-def json_equal(a: JSON, b: JSON) -> bool:
-    """Equality of JSON values where booleans are not numbers (unlike Python's ``True == 1``)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    return type(a) is type(b) and bool(a == b)
-
-
-def json_patch(doc: JSON, operations: list[Any]) -> JSON:
-    """RFC 6902 on a private copy of ``doc``; raises :class:`JsonPatchError` on any failure."""
-    doc = clone(doc)
-    for op in operations:
-        if not isinstance(op, dict):
-            raise JsonPatchError("an operation must be an object")
-        kind = op.get("op")
-        tokens = _pointer(op.get("path"))
-        if kind in ("add", "replace", "test") and "value" not in op:
-            raise JsonPatchError(f"{kind} needs a value")
-        if kind == "add":
-            doc = _add(doc, tokens, clone(op["value"]))
-        elif kind == "remove":
-            doc, _ = _remove(doc, tokens)
-        elif kind == "replace":
-            _walk(doc, tokens)  # must exist
-            if tokens:
-                doc, _ = _remove(doc, tokens)
-            doc = _add(doc, tokens, clone(op["value"]))
-        elif kind in ("move", "copy"):
-            source = _pointer(op.get("from"))
-            if kind == "move":
-                if tokens[: len(source)] == source and tokens != source:
-                    raise JsonPatchError("cannot move a value into its own child")
-                doc, value = _remove(doc, source)
-            else:
-                value = clone(_walk(doc, source))
-            doc = _add(doc, tokens, value)
-        elif kind == "test":
-            if not json_equal(_walk(doc, tokens), op["value"]):
-                raise JsonPatchError(f"testing value {op.get('path')} failed")
-        else:
-            raise JsonPatchError(f"unexpected operation {kind!r}")
-    return doc
-
+from trioperator._engine.patches import (
+    JSONPatchError,
+    apply_json_patch,
+    apply_merge_patch,
+    json_equal,
+)
+from trioperator.testing._fakestore.catalogue import (
+    CUSTOM_VERBS,
+    ResourceDef,
+    builtin_resources,
+)
+from trioperator.testing._fakestore.errors import (
+    StatusError,
+    already_exists,
+    bad_request,
+    conflict,
+    expired,
+    invalid,
+    name_mismatch,
+    namespace_mismatch,
+    not_found,
+    resource_details,
+    resource_not_found,
+)
+from trioperator.testing._fakestore.selectors import FieldSelector, LabelSelector
+from trioperator.testing._fakestore.values import (
+    DECODE,
+    ENCODE,
+    ChangeType,
+    Obj,
+    ResourceKey,
+    clone,
+)
 
 # --------------------------------------------------------------------------------------- history
 
@@ -715,14 +162,14 @@ def _name_problem(res: ResourceDef, name: str) -> str | None:
 
 
 def encode_continue(rv: int, start: str) -> str:
-    token = _ENCODE.encode({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"})
+    token = ENCODE.encode({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"})
     return base64.urlsafe_b64encode(token).decode().rstrip("=")
 
 
 def decode_continue(token: str) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = _DECODE.decode(raw)
+        data = DECODE.decode(raw)
         rv, start = data["rv"], data["start"]
         if (
             data.get("v") != "meta.k8s.io/v1"
@@ -731,7 +178,7 @@ def decode_continue(token: str) -> tuple[int, str]:
         ):
             raise ValueError("unexpected contents")
     except (binascii.Error, ValueError, msgspec.DecodeError, KeyError, TypeError) as exc:
-        raise _bad_request(f"invalid continue token: continue key is not valid: {exc}") from None
+        raise bad_request(f"invalid continue token: continue key is not valid: {exc}") from None
     return rv, start.removesuffix("\x00")
 
 
@@ -843,10 +290,10 @@ class Store:
         start = ""
         if continue_token:
             if resource_version:
-                raise _bad_request("specifying resource version is not allowed when using continue")
+                raise bad_request("specifying resource version is not allowed when using continue")
             rv, start = decode_continue(continue_token)
             if rv < self.compacted_rv:
-                raise _expired(
+                raise expired(
                     "The provided continue parameter is too old to display a consistent list"
                     " result. You can start a new list without the continue parameter, or use the"
                     " continue token in this response to retrieve the remainder of the results."
@@ -883,7 +330,7 @@ class Store:
     def changes_since(self, res: ResourceDef, rv: int) -> list[Change]:
         history = self._history[res.key]
         if rv < history.floor:
-            raise _expired(f"too old resource version: {rv} ({history.floor})")
+            raise expired(f"too old resource version: {rv} ({history.floor})")
         return [change for change in history.changes if change.rv > rv]
 
     def compact(self) -> None:
@@ -925,25 +372,25 @@ class Store:
         served = [res.api_version(v) for v in res.versions]
         if res.custom and (not kind or not api_version):
             missing = "Kind" if not kind else "APIVersion"
-            raw = _ENCODE.encode(body).decode()
-            raise _bad_request(
+            raw = ENCODE.encode(body).decode()
+            raise bad_request(
                 f'{res.kind} in version "{res.storage_version}" cannot be handled as a {res.kind}:'
                 f" unmarshalerDecoder: Object '{missing}' is missing in '{raw}'"
             )
         if api_version and api_version not in served:
-            raise _bad_request(
+            raise bad_request(
                 f"the API version in the data ({api_version}) does not match the expected API"
                 f" version ({res.api_version()})"
             )
         if kind and kind != res.kind:
             if res.custom:
-                raise _invalid(
+                raise invalid(
                     res,
                     name or "",
                     [("FieldValueInvalid", "kind", f'Invalid value: "{kind}": must be {res.kind}')],
                     kind=str(kind),
                 )
-            raise _bad_request(
+            raise bad_request(
                 f'{kind} in version "{res.storage_version}" cannot be handled as a {res.kind}:'
                 f" converting ({res.storage_version}.{kind}) to ({res.group or 'core'}.{res.kind}):"
                 " unknown conversion"
@@ -969,7 +416,7 @@ class Store:
                 f'{res.qualified} "{name}" is forbidden: unable to create new content in namespace'
                 f" {namespace} because it is being terminated",
                 {
-                    **_resource_details(res, name),
+                    **resource_details(res, name),
                     "causes": [
                         {
                             "reason": "NamespaceTerminating",
@@ -987,17 +434,17 @@ class Store:
     ) -> Obj:
         """Create as a POST would; ``keep_status`` also stores the given status (test access)."""
         if not isinstance(body, dict):
-            raise _bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
+            raise bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
         body = clone(body)
         meta = body.get("metadata")
         if meta is None:
             meta = body["metadata"] = {}
         if not isinstance(meta, dict):
-            raise _bad_request("metadata must be an object")
+            raise bad_request("metadata must be an object")
         self._normalize_kind(res, body, meta.get("name"))
         if res.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise _namespace_mismatch()
+                raise namespace_mismatch()
             if not namespace:
                 raise resource_not_found()
             meta["namespace"] = namespace
@@ -1008,7 +455,7 @@ class Store:
         if not name and meta.get("generateName"):
             name = self._generate_name(res, namespace, str(meta["generateName"]))
         if not name:
-            raise _invalid(
+            raise invalid(
                 res,
                 "",
                 [
@@ -1021,7 +468,7 @@ class Store:
             )
         name = str(name)
         if problem := _name_problem(res, name):
-            raise _invalid(
+            raise invalid(
                 res,
                 name,
                 [("FieldValueInvalid", "metadata.name", f'Invalid value: "{name}": {problem}')],
@@ -1031,7 +478,7 @@ class Store:
             assert namespace is not None
             self._check_namespace(res, namespace, name)
         if self.peek(res, namespace, name) is not None:
-            raise _already_exists(res, name)
+            raise already_exists(res, name)
 
         for field in (
             "deletionTimestamp",
@@ -1088,22 +535,22 @@ class Store:
     ) -> Obj:
         """Replace as a PUT would; ``subresource="*"`` replaces status too (test access)."""
         if not isinstance(body, dict):
-            raise _bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
+            raise bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
         body = clone(body)
         meta = body.get("metadata")
         if not isinstance(meta, dict):
             meta = body["metadata"] = {}
         if meta.get("name", name) != name:
-            raise _name_mismatch(meta.get("name"), name)
+            raise name_mismatch(meta.get("name"), name)
         if res.namespaced and meta.get("namespace", namespace) != namespace:
-            raise _namespace_mismatch()
+            raise namespace_mismatch()
         self._normalize_kind(res, body, name)
         old = self.get(res, namespace, name)
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
-            raise _conflict(res, name)
+            raise conflict(res, name)
         if not rv and res.custom:
-            raise _invalid(
+            raise invalid(
                 res,
                 name,
                 [
@@ -1146,16 +593,16 @@ class Store:
         current = clone(old)
         if content_type == "application/json-patch+json":
             try:
-                operations = _DECODE.decode(data)
+                operations = DECODE.decode(data)
             except msgspec.DecodeError as exc:
-                raise _bad_request(str(exc)) from None
+                raise bad_request(str(exc)) from None
             if not isinstance(operations, list):
-                raise _bad_request(
+                raise bad_request(
                     "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
                 )
             try:
-                patched = json_patch(current, operations)
-            except JsonPatchError:
+                patched = apply_json_patch(current, operations)
+            except JSONPatchError:
                 raise StatusError(
                     422,
                     "Invalid",
@@ -1165,18 +612,18 @@ class Store:
         else:
             # Strategic merge is treated as a plain merge: lists are replaced, not merged by key.
             try:
-                patch = _DECODE.decode(data)
+                patch = DECODE.decode(data)
             except msgspec.DecodeError:
                 raise StatusError(500, "", "Invalid JSON Patch") from None
-            patched = merge_patch(current, patch)
+            patched = apply_merge_patch(current, patch)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
-            raise _bad_request("the patched object is not a Kubernetes object")
+            raise bad_request("the patched object is not a Kubernetes object")
         meta = patched["metadata"]
         if meta.get("name") != name:
-            raise _name_mismatch(meta.get("name"), name)
+            raise name_mismatch(meta.get("name"), name)
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
-            raise _conflict(res, name)
+            raise conflict(res, name)
         return self._update(res, old, patched, subresource=subresource)
 
     def _update(self, res: ResourceDef, old: Obj, new: Obj, *, subresource: str | None) -> Obj:
@@ -1199,7 +646,7 @@ class Store:
         new["apiVersion"] = res.api_version()
         new["kind"] = res.kind
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
-            raise _invalid(
+            raise invalid(
                 res,
                 old_meta["name"],
                 [
@@ -1243,7 +690,7 @@ class Store:
                     "Forbidden: no new finalizers can be added if the object is being deleted,"
                     f" found new finalizers {found}"
                 )
-                raise _invalid(
+                raise invalid(
                     res, meta["name"], [("FieldValueForbidden", "metadata.finalizers", message)]
                 )
 
@@ -1299,7 +746,7 @@ class Store:
                     "Conflict",
                     f"Precondition failed: {label} in precondition: {wanted},"
                     f" {label} in object meta: {meta.get(field)}",
-                    _resource_details(res, name),
+                    resource_details(res, name),
                 )
         if res.key == ("", "namespaces"):
             return self._delete_namespace(obj)
@@ -1315,7 +762,7 @@ class Store:
     def _deleted_reply(self, res: ResourceDef, obj: Obj) -> Obj:
         if res.returns_deleted_object:
             return obj
-        details = _resource_details(res, obj["metadata"]["name"])
+        details = resource_details(res, obj["metadata"]["name"])
         details["uid"] = obj["metadata"]["uid"]
         return {
             "kind": "Status",
@@ -1395,7 +842,7 @@ class Store:
         spec = body.get("spec")
         name = body["metadata"]["name"]
         if not isinstance(spec, dict):
-            raise _invalid(res, name, [("FieldValueRequired", "spec", "Required value")])
+            raise invalid(res, name, [("FieldValueRequired", "spec", "Required value")])
         group = spec.get("group")
         names = spec.get("names") or {}
         plural = names.get("plural")
@@ -1435,11 +882,11 @@ class Store:
                 )
             )
         if problems:
-            raise _invalid(res, name, problems)
+            raise invalid(res, name, problems)
         if old is not None:
             old_spec = old.get("spec", {})
             if old_spec.get("group") != group or old_spec.get("scope") != spec.get("scope"):
-                raise _invalid(
+                raise invalid(
                     res,
                     name,
                     [
@@ -1504,7 +951,7 @@ class Store:
             status_subresource=any("status" in (v.get("subresources") or {}) for v in versions),
             tracks_generation=True,
             custom=True,
-            verbs=_CUSTOM_VERBS,
+            verbs=CUSTOM_VERBS,
         )
         self.register(res)
 
