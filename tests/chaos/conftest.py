@@ -105,10 +105,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     # Only after a run that had chaos cases: other tiers must not show an old table as theirs.
     ran = any(
-        report.keywords.get("chaos")
+        isinstance(report, pytest.TestReport) and "chaos" in report.keywords
         for reports in terminalreporter.stats.values()
         for report in reports
-        if hasattr(report, "keywords")
     )
     if ran and RESULTS.exists() and RESULTS.stat().st_size:
         terminalreporter.write_sep("=", f"chaos results ({RESULTS})")
