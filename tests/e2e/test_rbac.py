@@ -46,7 +46,8 @@ def delete_fn(logger, **_):
     logger.info("Deleting.")
 """
 
-FORBIDDEN = re.compile(r"(?i)forbidden|\b403\b|permission")
+# Not "403" inside a log timestamp's milliseconds (",403]"): only a status code.
+FORBIDDEN = re.compile(r"(?i)forbidden|(?<![,.:\d])\b403\b|permission")
 
 # What `trioperator rbac OPERATOR -n NS` prints for this operator: one rule per resource.
 RULES = {
