@@ -358,10 +358,6 @@ class TransportPool:
         self._idle: list[_Connection] = []
         self._closed = False
 
-    @property
-    def idle_connections(self) -> int:
-        return len(self._idle)
-
     async def request(
         self,
         method: str,

@@ -413,7 +413,7 @@ class SessionPool:
 
     def __init__(self) -> None:
         self._sessions: dict[tuple[ConnectionInfo, bool], HTTPSession] = {}
-        self._retired: list[HTTPSession] = []
+        self._retired_sessions: list[HTTPSession] = []
 
     def get(self, info: ConnectionInfo, *, trust_env: bool = False) -> HTTPSession:
         key = (info, trust_env)
@@ -426,12 +426,12 @@ class SessionPool:
         """Forget the sessions of these credentials; they close once their requests are done."""
         for key in [key for key in self._sessions if key[0] == info]:
             session = self._sessions.pop(key)
-            self._retired.append(session)
+            self._retired_sessions.append(session)
             await session.retire()
 
     async def aclose(self) -> None:
-        sessions = [*self._sessions.values(), *self._retired]
+        sessions = [*self._sessions.values(), *self._retired_sessions]
         self._sessions.clear()
-        self._retired.clear()
+        self._retired_sessions.clear()
         for session in sessions:
             await session.aclose()

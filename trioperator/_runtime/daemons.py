@@ -94,7 +94,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Reason = DaemonStoppingReason
 
 EXITING_GRACE = 5.0
 """When the operator exits, how long a daemon without ``cancellation_timeout`` may take after
@@ -368,7 +367,7 @@ class DaemonsKeeper:
         finally:
             if daemon.stopper.reason is None:
                 memory.forever_stopped.add(handler.id)
-            daemon.stopper.set(Reason.DONE)
+            daemon.stopper.set(DaemonStoppingReason.DONE)
             if memory.running.get(handler.id) is daemon:
                 del memory.running[handler.id]
             self._daemons.discard(daemon)
@@ -506,7 +505,7 @@ class DaemonsKeeper:
         for daemon in list(daemons):
             self.stop(daemon, reason)
 
-    def close(self, reason: DaemonStoppingReason = Reason.OPERATOR_EXITING) -> None:
+    def close(self, reason: DaemonStoppingReason = DaemonStoppingReason.OPERATOR_EXITING) -> None:
         """Stop every daemon of the watcher, and spawn no more (the watcher or operator stops)."""
         if self._exiting.is_set():
             return
@@ -521,7 +520,7 @@ class DaemonsKeeper:
         ``resume()`` spawn them again (each only once its predecessor has fully ended).
         """
         self.paused = True
-        self.stop_all(self._daemons, Reason.OPERATOR_PAUSING)
+        self.stop_all(self._daemons, DaemonStoppingReason.OPERATOR_PAUSING)
 
     def resume(self) -> None:
         self.paused = False
@@ -563,13 +562,13 @@ class DaemonsKeeper:
         start = daemon.stopper.when if daemon.stopper.when is not None else trio.current_time()
 
         if backoff is not None:
-            daemon.stopper.set(Reason.DAEMON_SIGNALLED)
+            daemon.stopper.set(DaemonStoppingReason.DAEMON_SIGNALLED)
             objlogger.debug(f"{handler} is signalled to exit gracefully.")
             if await self._wait_finished(daemon, start + backoff):
                 return
 
         if timeout is not None:
-            daemon.stopper.set(Reason.DAEMON_CANCELLED)
+            daemon.stopper.set(DaemonStoppingReason.DAEMON_CANCELLED)
             objlogger.debug(f"{handler} is signalled to exit by force.")
             if daemon.is_async:
                 daemon.scope.cancel()
@@ -590,7 +589,7 @@ class DaemonsKeeper:
             if self.exiting_since is None:
                 objlogger.debug(f"{handler} is still exiting. The next check is in {polling} s.")
             elif trio.current_time() >= self.exiting_since + EXITING_GRACE:
-                daemon.stopper.set(Reason.DAEMON_CANCELLED)
+                daemon.stopper.set(DaemonStoppingReason.DAEMON_CANCELLED)
                 objlogger.debug(f"{handler} is cancelled: the operator is exiting.")
                 if daemon.is_async:
                     daemon.scope.cancel()
@@ -602,7 +601,7 @@ class DaemonsKeeper:
 
     def _abandon(self, daemon: Daemon) -> None:
         handler = daemon.handler
-        daemon.stopper.set(Reason.DAEMON_ABANDONED)
+        daemon.stopper.set(DaemonStoppingReason.DAEMON_ABANDONED)
         daemon.abandoned = True
         daemon.logger.warning(f"{handler} did not exit in time. Leaving it orphaned.")
         try:
@@ -648,7 +647,7 @@ async def process_spawning(
     raw = event["object"]
     if event["type"] == "DELETED":
         if keeper is not None:
-            keeper.stop_all(daemons.running.values(), Reason.RESOURCE_DELETED)
+            keeper.stop_all(daemons.running.values(), DaemonStoppingReason.RESOURCE_DELETED)
         return
 
     if daemons.live_body is None:
@@ -664,7 +663,7 @@ async def process_spawning(
     if keeper is None:
         return
     if is_deletion_ongoing(raw):
-        keeper.stop_all(daemons.running.values(), Reason.RESOURCE_DELETED)
+        keeper.stop_all(daemons.running.values(), DaemonStoppingReason.RESOURCE_DELETED)
         return
     if keeper.closed or keeper.paused or ctx.is_stopping:
         return  # nothing new while stopping: it would only be stopped again
@@ -688,7 +687,7 @@ async def process_spawning(
     for daemon in list(daemons.running.values()):
         if daemon.handler.id not in matching and not daemon.stopper.is_set():
             objlogger.debug(f"{daemon.handler} does not match the filters any more; stopping it.")
-            keeper.stop(daemon, Reason.FILTERS_MISMATCH)
+            keeper.stop(daemon, DaemonStoppingReason.FILTERS_MISMATCH)
     missing = [handler for handler in handlers if handler.id not in daemons.running]
     finalizer = ctx.settings.persistence.finalizer
     if any(h.requires_finalizer for h in missing) and not is_deletion_blocked(raw, finalizer):
@@ -716,7 +715,7 @@ async def settle_daemons(
     holding = [daemon for daemon in daemons.running.values() if not daemon.done]
     if not holding or keeper is None:
         return None
-    keeper.stop_all(holding, Reason.RESOURCE_DELETED)
+    keeper.stop_all(holding, DaemonStoppingReason.RESOURCE_DELETED)
     await keeper.wait_instant_exit(holding)
     holding = [daemon for daemon in holding if not daemon.done]
     if not holding:

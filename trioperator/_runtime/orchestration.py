@@ -191,10 +191,8 @@ class _Watcher:
         self.key = key
         self.ctx = ctx
         self._on_started = on_started
-        own = getattr(ctx, "stopping", None)
-        # Until ResourceContext has its own stop event, the only way to stop one watcher alone
-        # is to cancel it (handlers in flight are cancelled too).
-        self.stop_event: trio.Event | None = own if isinstance(own, trio.Event) else None
+        # Stopping one watcher alone is graceful, as the operator's stop is for all of them.
+        self.stop_event: trio.Event = ctx.stopping
         self.scope = trio.CancelScope()
         self.stop_requested = False
         self.settled = trio.Event()
@@ -205,12 +203,9 @@ class _Watcher:
         self.settled.set()
         self._on_started(self)
 
-    def stop(self, *, cancel_if_needed: bool = True) -> None:
+    def stop(self) -> None:
         self.stop_requested = True
-        if self.stop_event is not None:
-            self.stop_event.set()
-        elif cancel_if_needed:
-            self.scope.cancel()
+        self.stop_event.set()
 
 
 class Orchestration:
@@ -294,7 +289,7 @@ class Orchestration:
                 # On an error or a cancellation, the nursery cancels them anyway.
                 self._forget_all_health()
                 for watcher in [*self._watchers.values(), *self._retiring.values()]:
-                    watcher.stop(cancel_if_needed=False)
+                    watcher.stop()
                 self._watchers.clear()
 
     async def _relay_stop(self) -> None:

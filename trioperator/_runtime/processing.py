@@ -42,10 +42,8 @@ from trioperator._runtime.execution import (
     run_handlers,
     warn_corrupt_progress,
 )
-from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.loggers import Logger, ObjectLogger
 from trioperator._runtime.memories import ObjectMemory
-
-Logger = logging.Logger | logging.LoggerAdapter[Any]
 
 
 @dataclasses.dataclass
