@@ -30,6 +30,7 @@ __all__ = [
     "ProcessSettings",
     "QueueingSettings",
     "ScanningSettings",
+    "ShardingSettings",
     "WatchingSettings",
 ]
 
@@ -73,6 +74,32 @@ class PeeringSettings:
     @namespaced.setter
     def namespaced(self, value: bool) -> None:
         self.clusterwide = not value
+
+
+@dataclasses.dataclass
+class ShardingSettings:
+    """Several active replicas sharing the objects (trioperator's own; not in Kopf).
+
+    Off by default: one replica serves everything, as in Kopf. See docs/sharding.md.
+    """
+
+    enabled: bool = False
+    ring: str = "default"
+    """The ring's name: replicas with the same name (and namespace) share the objects."""
+    namespace: str | None = None
+    """Where the ring's Leases live; ``None``: ``POD_NAMESPACE``, else ``default``."""
+    lease_duration: float = 15.0
+    """Seconds a member's Lease holds after a renewal; then its objects are taken over."""
+    renew_deadline: float = 10.0
+    """Seconds after the last successful renewal (as sent) at which a member fences itself:
+    it stops working on every object until it renews again. Less than ``lease_duration``."""
+    renew_interval: float = 3.0
+    """Seconds between renewals (and between retries of a failed one)."""
+    takeover_margin: float = 5.0
+    """Seconds beyond a silent member's lease duration before its objects are taken over:
+    time for its fencing to finish what was running."""
+    vnodes: int = 64
+    """Virtual nodes per member on the hash ring."""
 
 
 # Kopf's per-object throttling ramp after unexpected errors; the last value repeats.
@@ -214,6 +241,7 @@ class OperatorSettings:
     background: BackgroundSettings = dataclasses.field(default_factory=BackgroundSettings)
     networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
     persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
+    sharding: ShardingSettings = dataclasses.field(default_factory=ShardingSettings)
 
     @property
     def batching(self) -> QueueingSettings:
