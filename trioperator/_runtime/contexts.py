@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from trioperator._client.watching import WatchItem
     from trioperator._runtime.daemons import DaemonsKeeper
     from trioperator._runtime.metrics import OperatorMetrics
+    from trioperator._runtime.sharding import Shard
 
 
 @dataclasses.dataclass
@@ -57,6 +58,8 @@ class OperatorContext:
     """Where handler runs and watch events are counted (``None``: not counted)."""
     queueing: QueueStats = dataclasses.field(default_factory=QueueStats)
     """What the watchers' per-object mailboxes hold, all watchers together (see mailboxes.py)."""
+    shard: Shard | None = None
+    """This replica's share of the objects when sharded (see sharding.py); ``None``: all."""
 
     def __post_init__(self) -> None:
         # Every declared index exists from the start, empty, so handlers can rely on it.

@@ -128,7 +128,15 @@ class Mailbox:
     newest event; ``keep_all=True`` keeps every one, in order (for ``on.event`` handlers).
     """
 
-    __slots__ = ("_arrived", "_backlog", "_closed", "_events", "_keep_all", "_versions")
+    __slots__ = (
+        "_arrived",
+        "_backlog",
+        "_closed",
+        "_discarded",
+        "_events",
+        "_keep_all",
+        "_versions",
+    )
 
     def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
         self._backlog = backlog
@@ -136,6 +144,7 @@ class Mailbox:
         self._events: deque[RawEvent] = deque()
         self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
         self._closed = False
+        self._discarded = False
         self._arrived = trio.Event()
 
     def __len__(self) -> int:
@@ -144,6 +153,12 @@ class Mailbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def discarded(self) -> bool:
+        """Taken away from its worker (e.g. the object moved to another shard): the worker
+        finishes the step in progress and starts nothing more, not even a retry."""
+        return self._discarded
 
     def would_grow(self) -> bool:
         """Whether the next :meth:`put` adds a body to the backlog (rather than replacing one)."""
@@ -191,7 +206,9 @@ class Mailbox:
         self._arrived.set()
 
     def discard(self) -> None:
-        """The worker is gone: drop what is queued (it is no longer counted as held)."""
+        """The worker is gone, or must go: drop what is queued (no longer counted as held)."""
         self._closed = True
+        self._discarded = True
+        self._arrived.set()
         self._backlog.remove(len(self._events))
         self._events.clear()

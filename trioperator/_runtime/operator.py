@@ -98,6 +98,7 @@ from trioperator._runtime.posting import (
     run_poster,
 )
 from trioperator._runtime.probing import parse_endpoint, serve_liveness
+from trioperator._runtime.sharding import run_sharding
 from trioperator._util.httpserver import Handler, Request, Response
 
 logger = logging.getLogger("trioperator")
@@ -333,8 +334,21 @@ class Operator:
 
     async def _serve(self, context: OperatorContext, execution: Execution) -> None:
         assert self.api is not None
-        # Peering outlives the serving: our record goes only once the watchers are done.
+        # Peering and the shard's Lease outlive the serving: our record and our Lease go only
+        # once the watchers are done.
         async with trio.open_nursery() as peering_nursery:
+            sharding = context.settings.sharding
+            if sharding.enabled:
+                context.shard = await peering_nursery.start(
+                    partial(
+                        run_sharding,
+                        api=self.api,
+                        settings=context.settings,
+                        identity=self.identity,
+                        now=context.now,
+                    ),
+                    name="sharding",
+                )
             peering: Peering | None = None
             if not context.settings.peering.standalone:
                 peering = await peering_nursery.start(
@@ -342,7 +356,11 @@ class Operator:
                         run_peering,
                         api=self.api,
                         settings=context.settings,
-                        identity=self.identity,
+                        # The replicas of a ring are one operator to peering: they must not
+                        # pause each other as equals; a freeze pauses them all.
+                        identity=f"shard-ring/{sharding.ring}"
+                        if sharding.enabled
+                        else self.identity,
                         pause=context.pause,
                         now=context.now,
                     )

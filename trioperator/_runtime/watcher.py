@@ -45,6 +45,7 @@ from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.metrics import WatchCounts
+from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.workers import run_worker
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ async def run_watcher(
     # worker of any of them can run.
     indexed = ctx.registry.has_indexing_handlers(ctx.resource)
     gate = ctx.operator.indexing.hold() if indexed else None
+    shard = ctx.operator.shard
+    share = shard.join(ctx) if shard is not None else None
 
     try:
         async with trio.open_nursery() as background:
@@ -113,7 +116,9 @@ async def run_watcher(
                             name=f"stream {ctx.resource} in {ctx.namespace or '*'}",
                         )
                         # The producer owns the send side; the router owns the receive side.
-                        await _route(ctx, receive_events, streams, workers, started, gate, counts)
+                        await _route(
+                            ctx, receive_events, streams, workers, started, gate, counts, share
+                        )
 
                     # The stream has stopped. Let every worker finish what is queued, within
                     # the bound.
@@ -131,6 +136,8 @@ async def run_watcher(
                 keeper.close(DaemonStoppingReason.OPERATOR_EXITING)
                 relay.cancel()
     finally:
+        if share is not None:
+            share.shard.leave(share)
         if gate is not None:
             ctx.operator.indexing.release(gate)
         ctx.daemons = None
@@ -182,6 +189,8 @@ async def _stream_unless_paused(
                     await pause.wait_for(False)
             logger.debug(f"Resuming the watch-stream for {ctx.resource} {where}.")
             keeper.resume()
+        # Read before the listing: a reassignment during it lists again.
+        generation = ctx.operator.shard.generation if ctx.operator.shard is not None else 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
                 partial(
@@ -195,7 +204,8 @@ async def _stream_unless_paused(
                 ),
                 name=f"stream {ctx.resource} {where}",
             )
-            await pause.wait_for(True)
+            # A pause, or (sharded) a share that may have grown: list again.
+            await wait_paused_or_reassigned(ctx, generation)
             nursery.cancel_scope.cancel()
 
 
@@ -220,6 +230,7 @@ async def _route(
     task_status: _StartedOnce,
     gate: object | None,
     counts: WatchCounts | None = None,
+    share: ShardShare | None = None,
 ) -> None:
     listing = True
     # Counted per event with one integer addition; the metrics read the totals when scraped.
@@ -247,6 +258,8 @@ async def _route(
                 except KeyError:  # not from a watch stream (e.g. a test feeding the router)
                     tally[event["type"]] = 1
             key = object_key(event["object"])
+            if share is not None and not share.admit(key, event):
+                continue  # another replica's object (sharding): not even indexed here
             if event["type"] is None:
                 listed.add(key)
             if indexed:

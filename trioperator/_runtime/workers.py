@@ -151,6 +151,8 @@ async def _serve_busy(
     objlogger: ObjectLogger | None = None
     open_ = True
     while True:
+        if mailbox.discarded:
+            return  # taken away (sharding: the object moved to another replica)
         if latest is None and not pending:
             if not open_:
                 return
