@@ -119,6 +119,9 @@ def run(
     log_prefix: Annotated[bool | None, Parameter(name="--log-prefix")] = None,
     log_refkey: str = "object",
     async_flavor: FlavorSetting | None = None,
+    id: Annotated[str | None, Parameter(name=["--id"])] = None,
+    shards: Literal["auto", "off"] | None = None,
+    shard_ring: str | None = None,
 ) -> int:
     """Run an operator: import the files and modules with its handlers, then serve them.
 
@@ -167,6 +170,17 @@ def run(
         top of trio), or auto (default): asyncio for handlers whose module imports asyncio or
         an asyncio-only library (aiohttp, kubernetes_asyncio, ...), trio for the rest. A
         handler's own flavor= option wins. Sets settings.execution.async_flavor.
+    id
+        This operator's identity (peering records, the shard's Lease); default: the POD_ID
+        variable, else user@host/time/random.
+    shards
+        auto: share the objects with the other replicas of the same ring (each renews its own
+        Lease; objects are spread over the live ones by consistent hashing; see
+        docs/sharding.md). off (default): this replica serves every object.
+        Sets settings.sharding.enabled.
+    shard_ring
+        The ring's name (default "default"): replicas with the same name share the objects.
+        Sets settings.sharding.ring.
     """
     # Each value is one pattern: commas inside it are part of Kopf's glob syntax.
     namespaces = list(parse_namespace_options(namespace or []))
@@ -177,6 +191,12 @@ def run(
         raise UsageError("Either --standalone or --peering, not both.")
     if peering is not None and not peering.strip():
         raise UsageError("--peering needs the name of a peering object.")
+    if shard_ring is not None and not shard_ring.strip():
+        raise UsageError("--shard-ring needs a name.")
+    if shard_ring is not None and shards != "auto":
+        raise UsageError("--shard-ring needs --shards auto.")
+    if id is not None and not id.strip():
+        raise UsageError("--id needs a value.")
     if liveness is not None:
         try:
             parse_endpoint(liveness)
@@ -200,9 +220,14 @@ def run(
     # The decorators of the loaded code register into the default registry: while loading,
     # that is the registry to serve (load() sees to it).
     load(paths or [], module or [], registry=registry)
+    settings = controls.settings if controls.settings is not None else OperatorSettings()
+    if shards is not None:
+        settings.sharding.enabled = shards == "auto"
+    if shard_ring is not None:
+        settings.sharding.ring = shard_ring
     operator = Operator(
         registry=registry,
-        settings=controls.settings,
+        settings=settings,
         vault=controls.vault,
         namespaces=namespaces,
         clusterwide=not namespaces,
@@ -214,6 +239,7 @@ def run(
         priority=DEV_PRIORITY if dev else priority,
         peering_name=peering,
         async_flavor=async_flavor,
+        identity=id,
     )
     trio.run(_run_operator, operator, controls.started)
     return 0
@@ -439,6 +465,8 @@ def rbac(
     crd: Annotated[list[str] | None, Parameter(name="--crd")] = None,
     discover: Annotated[bool, Parameter(negative="")] = False,
     standalone: Annotated[bool, Parameter(negative="")] = False,
+    shards: Literal["auto", "off"] = "off",
+    shard_namespace: str | None = None,
     managed_webhooks: bool = True,
     service_account: str = "trioperator",
     service_account_namespace: str | None = None,
@@ -468,6 +496,10 @@ def rbac(
         serves, instead of (or besides) --crd files.
     standalone
         The operator will run with --standalone: no peering rules.
+    shards
+        The operator will run with --shards auto: rules on the ring's Leases.
+    shard_namespace
+        The namespace of the ring's Leases (default: the service account's namespace).
     managed_webhooks
         Rules to manage the admission webhook configurations (when there are admission
         handlers; turn off unless settings.admission.managed is set).
@@ -491,6 +523,8 @@ def rbac(
     settings = OperatorSettings()
     settings.peering.standalone = standalone
     settings.peering.clusterwide = not namespaces
+    settings.sharding.enabled = shards == "auto"
+    settings.sharding.namespace = shard_namespace
     settings.admission.managed = name if managed_webhooks else None
     try:
         permissions = required_permissions(registry, settings, known, namespaces=namespaces)

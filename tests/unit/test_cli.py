@@ -35,6 +35,9 @@ def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int
         (["freeze", "-P", " ", "-t", "60"], "--peering needs the name"),
         (["freeze", "-P", "p", "-t", "60", "-i", ""], "--id needs a non-empty identity"),
         (["resume", "-P", "p", "-n", "ns", "-A"], "Either --namespace or --all-namespaces"),
+        (["run", "--shard-ring", "r", "x.py"], "--shard-ring needs --shards auto"),
+        (["run", "--shards", "auto", "--shard-ring", " ", "x.py"], "--shard-ring needs a name"),
+        (["run", "--id", "", "x.py"], "--id needs a value"),
     ],
 )
 def test_usage_errors_exit_with_code_2_and_say_why(
@@ -278,3 +281,33 @@ def test_a_broken_kubeconfig_stops_a_freeze_with_a_clear_error(
     assert code == 1
     assert controls.exception is None  # reported, not crashed
     assert "Cannot freeze:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "enabled", "ring", "identity"),
+    [
+        (["run", "--id", "pod-1"], False, "default", "pod-1"),
+        (["run", "--shards", "auto"], True, "default", None),
+        (["run", "--shards", "auto", "--shard-ring", "blue", "--id", "p2"], True, "blue", "p2"),
+        (["run", "--shards", "off"], False, "default", None),
+    ],
+)
+def test_sharding_options_reach_the_operator_settings(
+    argv: list[str],
+    enabled: bool,
+    ring: str,
+    identity: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    operator = _operator_from(argv, tmp_path, monkeypatch)
+    assert (operator.settings.sharding.enabled, operator.settings.sharding.ring) == (enabled, ring)
+    if identity is not None:
+        assert operator.identity == identity
+
+
+def test_an_unknown_shards_mode_is_a_usage_error(capsys: Any) -> None:
+    code, _ = _run(["run", "--shards", "3", "x.py"])
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "--shards" in captured.out + captured.err

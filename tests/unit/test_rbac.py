@@ -157,6 +157,25 @@ def test_standalone_operators_get_no_peering_rules(capsys: pytest.CaptureFixture
     assert not any("peerings" in grant[2] for grant in _grants(docs))
 
 
+def test_sharded_operators_get_lease_rules_in_the_rings_namespace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [str(EXAMPLES / "01-minimal" / "example.py"), "--crd", str(CRD_FILE)]
+    code, docs, _ = _rbac(argv, capsys)
+    assert code == 0
+    assert not any(grant[2] == "leases" for grant in _grants(docs))
+
+    code, docs, _ = _rbac([*argv, "--shards", "auto", "--service-account-namespace", "ops"], capsys)
+    assert code == 0
+    verbs = ("get", "list", "watch", "create", "patch", "delete")
+    assert ("Role/ops", "coordination.k8s.io", "leases", verbs) in _grants(docs)
+    assert [grant for grant in _grants(docs) if grant[2] == "leases"] == [
+        ("Role/ops", "coordination.k8s.io", "leases", verbs)
+    ]
+    code, docs, _ = _rbac([*argv, "--shards", "auto", "--shard-namespace", "rings"], capsys)
+    assert ("Role/rings", "coordination.k8s.io", "leases", verbs) in _grants(docs)
+
+
 def test_unmanaged_webhooks_get_no_configuration_rules(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [str(EXAMPLES / "17-admission" / "example.py"), "--crd", str(CRD_FILE)]
     code, docs, _ = _rbac([*argv, "--no-managed-webhooks"], capsys)

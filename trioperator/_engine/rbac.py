@@ -14,7 +14,8 @@ The rules follow what the runtime actually requests, and nothing else:
   namespaces, on namespaces (their patterns are matched against the existing ones);
 * managed admission webhooks: ``create`` + ``patch`` on the validating and mutating webhook
   configurations (both are always written; the cleanup is a patch too);
-* leases: nothing uses them.
+* sharding (``settings.sharding.enabled``): ``get``, ``list``, ``watch``, ``create``, ``patch``,
+  ``delete`` on ``coordination.k8s.io`` leases, in the ring's namespace only (a Role there).
 
 Rules are pure data here; the CLI turns them into manifests. Namespaced rules are granted by a
 Role in each served namespace, or folded into the ClusterRole when serving the whole cluster.
@@ -94,6 +95,10 @@ class Permissions:
     """The served namespaces (empty: the whole cluster)."""
     default_namespace: tuple[Rule, ...] = ()
     """For a Role in ``default`` when namespaced: events about cluster-scoped objects."""
+    leases: tuple[Rule, ...] = ()
+    """For a Role in the shard ring's namespace (empty unless sharded)."""
+    lease_namespace: str | None = None
+    """The ring's namespace (``None``: the service account's, where the pods run)."""
 
 
 class _Grants:
@@ -213,6 +218,11 @@ def required_permissions(
         for plural in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             cluster.add(ADMISSION_GROUP, plural, "create", "patch")
 
+    leases = _Grants()
+    if settings.sharding.enabled:
+        leases.add("coordination.k8s.io", "leases", "get", "list", "watch", "create", "patch")
+        leases.add("coordination.k8s.io", "leases", "delete")
+
     literal = tuple(sorted({str(pattern) for pattern in namespaces}))
     if EVENTS_FALLBACK_NAMESPACE in literal and default_ns:
         # The Role in "default" grants the events already.
@@ -223,6 +233,8 @@ def required_permissions(
         namespaced=local.rules(),
         namespaces=literal,
         default_namespace=default_ns.rules(),
+        leases=leases.rules(),
+        lease_namespace=settings.sharding.namespace,
     )
 
 
@@ -276,4 +288,7 @@ def build_manifests(
         role_and_binding(
             "Role", f"{name}-events", permissions.default_namespace, EVENTS_FALLBACK_NAMESPACE
         )
+    if permissions.leases:
+        namespace = permissions.lease_namespace or service_account_namespace
+        role_and_binding("Role", f"{name}-shards", permissions.leases, namespace)
     return objects
