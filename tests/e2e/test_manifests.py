@@ -69,3 +69,34 @@ def test_the_manifests_are_accepted_by_the_api_server(kubectl: Kubectl, namespac
     assert all(line.endswith("(server dry run)") for line in lines), output
     # Nothing was created for real.
     assert "trioperator" not in kubectl("get", "deployments", "-n", namespace, "-o", "name")
+
+
+def test_the_sharded_variant_runs_three_replicas_with_their_lease_rules(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    rendered = [
+        doc for doc in yaml.safe_load_all(kubectl("kustomize", str(ROOT / "manifests-sharded")))
+    ]
+    by_kind = {doc["kind"]: doc for doc in rendered}
+    deployment = by_kind["Deployment"]["spec"]
+    assert deployment["replicas"] == 3
+    assert deployment["strategy"]["type"] == "RollingUpdate"
+    (container,) = deployment["template"]["spec"]["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["TRIOPERATOR_SHARDS"]["value"] == "auto"
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert by_kind["Role"]["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+        }
+    ]
+    assert by_kind["RoleBinding"]["roleRef"]["name"] == by_kind["Role"]["metadata"]["name"]
+
+    documents = yaml.safe_dump_all([_retarget(doc, namespace) for doc in rendered])
+    output = kubectl("apply", "--dry-run=server", "-f", "-", input=documents)
+    lines = output.strip().splitlines()
+    assert len(lines) == len(rendered), output
+    assert all(line.endswith("(server dry run)") for line in lines), output

@@ -311,3 +311,12 @@ def test_an_unknown_shards_mode_is_a_usage_error(capsys: Any) -> None:
     assert code == 2
     captured = capsys.readouterr()
     assert "--shards" in captured.out + captured.err
+
+
+def test_sharding_comes_from_the_environment_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIOPERATOR_SHARDS", "auto")
+    monkeypatch.setenv("TRIOPERATOR_SHARD_RING", "green")
+    sharding = _operator_from(["run"], tmp_path, monkeypatch).settings.sharding
+    assert (sharding.enabled, sharding.ring) == (True, "green")
