@@ -1,0 +1,181 @@
+"""Sharding on a real cluster: three replicas as separate processes share the objects.
+
+Every object's create handler prints one line per run and returns the replica's id, which the
+framework stores in the object's status with its progress. The test's namespace holds both the
+objects and the ring's Leases (``POD_NAMESPACE``), so parallel tests never meet.
+
+Short Lease timings (set by the operator's startup handler) keep the take-over test quick:
+6 s Leases, fenced 4 s after the last renewal, 2 s margin.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from trioperator._engine.sharding import Ring, lease_name
+
+from tests.e2e.conftest import Kubectl, OperatorProcess
+
+LEASE_DURATION = 6
+TAKEOVER_MARGIN = 2
+
+OPERATOR_SOURCE = f"""
+import os
+
+import trio
+import trioperator as kopf
+
+REPLICA = os.environ["SHARD_REPLICA"]
+
+
+@kopf.on.startup()
+def configure(settings, **_):
+    settings.sharding.lease_duration = {LEASE_DURATION}
+    settings.sharding.renew_deadline = 4
+    settings.sharding.renew_interval = 1
+    settings.sharding.takeover_margin = {TAKEOVER_MARGIN}
+    settings.posting.enabled = False
+
+
+@kopf.on.create("kopfexamples")
+async def create_fn(name, **_):
+    print(f"HANDLED {{name}} BY {{REPLICA}}", flush=True)
+    await trio.sleep(0.2)
+    return REPLICA
+"""
+
+
+@pytest.fixture
+def replicas(kubeconfig: Path, namespace: str, example_crd: None, tmp_path: Path) -> Iterator[Any]:
+    source = tmp_path / "sharded_operator.py"
+    source.write_text(OPERATOR_SOURCE)
+    started: dict[str, OperatorProcess] = {}
+
+    def start(replica: str) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+            "POD_NAMESPACE": namespace,
+            "SHARD_REPLICA": replica,
+        }
+        args = [sys.executable, "-m", "trioperator", "run", "--verbose", "--standalone"]
+        args += ["-n", namespace, "--shards", "auto", "--id", replica, str(source)]
+        process = OperatorProcess(args, env)
+        started[replica] = process
+        return process
+
+    yield start
+    for process in started.values():
+        process.stop()
+
+
+def _create(kubectl: Kubectl, namespace: str, prefix: str, count: int) -> list[str]:
+    names = [f"{prefix}-{index:04d}" for index in range(count)]
+    docs = [
+        {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfExample",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"field": "value"},
+        }
+        for name in names
+    ]
+    kubectl("create", "-f", "-", input=yaml.safe_dump_all(docs))
+    return names
+
+
+def _results(kubectl: Kubectl, namespace: str) -> dict[str, str | None]:
+    """Each object's stored result: the replica whose run completed (persisted) last."""
+    items = kubectl.get("kopfexamples", "-n", namespace)["items"]
+    return {item["metadata"]["name"]: (item.get("status") or {}).get("create_fn") for item in items}
+
+
+def _wait_all_done(
+    kubectl: Kubectl, namespace: str, names: list[str], timeout: float
+) -> dict[str, str | None]:
+    deadline = time.monotonic() + timeout
+    while True:
+        results = _results(kubectl, namespace)
+        if all(results.get(name) for name in names):
+            return results
+        if time.monotonic() > deadline:
+            missing = [name for name in names if not results.get(name)]
+            raise AssertionError(f"{len(missing)} object(s) not handled: {missing[:10]}")
+        time.sleep(0.5)
+
+
+def _runs(processes: dict[str, OperatorProcess]) -> Counter[tuple[str, str]]:
+    runs: Counter[tuple[str, str]] = Counter()
+    for process in processes.values():
+        for name, replica in re.findall(r"HANDLED (\S+) BY (\S+)", process.output):
+            runs[name, replica] += 1
+    return runs
+
+
+def _wait_members(process: OperatorProcess, count: int, timeout: float = 60) -> None:
+    process.wait_for(rf"among {count} member\(s\)", timeout=timeout)
+
+
+def test_three_replicas_handle_each_object_once_and_take_over_a_killed_ones(
+    replicas: Any, kubectl: Kubectl, namespace: str
+) -> None:
+    processes = {name: replicas(name) for name in ("r1", "r2", "r3")}
+    for process in processes.values():
+        _wait_members(process, 3)
+
+    first = _create(kubectl, namespace, "first", 300)
+    results = _wait_all_done(kubectl, namespace, first, timeout=120)
+    runs = _runs(processes)
+    for name in first:
+        assert sum(count for (obj, _), count in runs.items() if obj == name) == 1, name
+        assert runs[name, results[name]] == 1  # the stored result is the run's replica
+    by_replica = Counter(results[name] for name in first)
+    assert set(by_replica) == {"r1", "r2", "r3"}, by_replica
+
+    # A second burst; r3 is killed while it is handling its share.
+    second = _create(kubectl, namespace, "second", 300)
+    processes["r3"].wait_for(r"HANDLED second-\S+ BY r3", count=10, timeout=60)
+    processes["r3"].process.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    results = _wait_all_done(kubectl, namespace, second, timeout=120)
+    took = time.monotonic() - killed_at
+    # Its Lease expires, then the margin; then the survivors drain, publish, agree and list.
+    assert took < LEASE_DURATION + TAKEOVER_MARGIN + 10, took
+
+    runs = _runs(processes)
+    uids = {
+        item["metadata"]["name"]: item["metadata"]["uid"]
+        for item in kubectl.get("kopfexamples", "-n", namespace)["items"]
+    }
+    ring = Ring(lease_name("default", replica) for replica in ("r1", "r2", "r3"))
+    taken_over = 0
+    for name in second:
+        survivors = sum(count for (obj, rep), count in runs.items() if obj == name and rep != "r3")
+        on_r3 = runs[name, "r3"]
+        if results[name] == "r3":
+            # Completed (persisted) on r3 before the kill: never run again.
+            assert (survivors, on_r3) == (0, 1), name
+        else:
+            # Run once by a survivor; at most one unfinished (unpersisted) run on r3 before.
+            assert survivors == 1, name
+            assert on_r3 <= 1, name
+            taken_over += ring.owner(uids[name]) == lease_name("default", "r3")
+    # r3's share of the burst that it had not finished went to the survivors.
+    assert taken_over > 0
+    # The first burst stays untouched: nothing ran again anywhere.
+    for name in first:
+        assert sum(count for (obj, _), count in runs.items() if obj == name) == 1, name
+    for name in ("r1", "r2"):
+        _wait_members(processes[name], 2, timeout=5)
+        assert processes[name].count("Fenced") == 0
