@@ -83,6 +83,7 @@ from trioperator._engine.stoppers import DaemonStoppingReason
 if TYPE_CHECKING:
     from trioperator._engine.bodies import RawEvent
     from trioperator._runtime.contexts import ResourceContext
+    from trioperator._runtime.memories import ObjectMemory
 
 __all__ = ["LEASES", "Shard", "ShardShare", "run_sharding", "shard_namespace"]
 
@@ -132,6 +133,9 @@ class ShardShare:
     shard: Shard
     ctx: ResourceContext
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    draining: dict[str, ObjectMemory | None] = dataclasses.field(default_factory=dict)
+    """Objects being drained, with their memory as it was when the drain began: a relisting
+    may forget the memory meanwhile, but its daemons are still ending."""
 
     def admit(self, key: str, event: RawEvent) -> bool:
         """Whether the watcher routes this event to a worker (see :meth:`Shard.admit`)."""
@@ -171,6 +175,9 @@ class Shard:
         self._rings: dict[View, Ring] = {}
         self._shares: list[ShardShare] = []
         self._drained_for: tuple[object, ...] | None = None
+        self._regrown = False
+        """The membership flapped back to the view we serve: objects drained meanwhile are
+        ours again without a barrier, and were skipped: the watchers must list again."""
         self.held = False
         """Whether we have held our Lease at all (else there is nothing to release)."""
         self._changed = trio.Event()
@@ -198,13 +205,21 @@ class Shard:
     def admit(self, share: ShardShare, key: str, event: RawEvent) -> bool:
         """Whether the watcher routes this event to a worker; remembers what it admits."""
         rkey = ring_key(event["object"])
-        if not self.owns(rkey):
+        if key in share.draining or not self.owns(rkey):
+            # Still draining (ours again already, after a flap): the relisting that follows
+            # the drain brings it back, to a new worker.
             return False
         if event["type"] == "DELETED":
             share.keys.pop(key, None)  # nothing more will come for it
         else:
             share.keys[key] = rkey
         return True
+
+    def _reassign(self) -> None:
+        self._regrown = False
+        self.generation += 1
+        self._reassigned.set()
+        self._reassigned = trio.Event()
 
     def join(self, ctx: ResourceContext) -> ShardShare:
         share = ShardShare(self, ctx)
@@ -235,14 +250,16 @@ class Shard:
         for share in list(self._shares):
             ctx = share.ctx
             for key, rkey in list(share.keys.items()):
-                if self.owns(rkey):
+                if key not in share.draining and self.owns(rkey):
                     continue
+                if key not in share.draining:
+                    share.draining[key] = ctx.memories.get(key)
                 busy = False
                 mailbox = ctx.streams.get(key)
                 if mailbox is not None:
                     mailbox.discard()  # its worker ends after the cycle in progress
                     busy = True
-                memory = ctx.memories.get(key)
+                memory = share.draining[key]
                 if memory is not None and memory.daemons.running:
                     if ctx.daemons is not None:
                         ctx.daemons.stop_all(
@@ -254,7 +271,9 @@ class Shard:
                     drained = False
                     continue
                 del share.keys[key]
-                ctx.memories.forget(key)
+                del share.draining[key]
+                if ctx.memories.get(key) is memory:
+                    ctx.memories.forget(key)
                 ctx.operator.indexers.discard_all(key)
         if drained:
             self._drained_for = signature
@@ -409,6 +428,7 @@ class Shard:
             logger.warning(f"Fenced ({why}): working on no object until the Lease is renewed.")
             self.fenced = True
             self.serving = None
+            self._drain()  # begins now: nothing of ours may start from here on
             self._touch()
 
     async def renew_forever(self) -> None:
@@ -523,10 +543,14 @@ class Shard:
                 if self._listed:
                     logger.info(f"Ring {self.ring!r}: members {sorted(target)}.")
                 self.target = target
+                self._regrown = self._regrown or target == self.serving
             drained = self._drain()
             wake = self._next_deadline(now)
             if not drained:
                 wake = min(wake, now + DRAIN_POLL)
+            elif self._regrown and self.serving == target and not self.fenced:
+                self._reassign()
+                continue
             elif not self.fenced and self._listed and self.published != target:
                 try:
                     await self._publish(target)
@@ -541,9 +565,7 @@ class Shard:
                 and self._barrier(now, target)
             ):
                 self.serving = target
-                self.generation += 1
-                self._reassigned.set()
-                self._reassigned = trio.Event()
+                self._reassign()
                 logger.info(f"Serving the share of {self.name!r} among {len(target)} member(s).")
                 continue
             await self._wait_change(wake)

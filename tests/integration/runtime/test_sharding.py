@@ -321,3 +321,21 @@ async def test_a_dead_members_lease_is_waited_out_then_deleted(
             == [lease_name("default", "alpha")]
         )
     )
+
+
+async def test_a_member_that_leaves_before_the_ring_settled_loses_no_object(
+    autojump_clock: Any, start: Any, runs: list[Run], fake_api: FakeAPI
+) -> None:
+    """The membership flaps back to what the others serve: the objects created meanwhile
+    (skipped as the newcomer's) are picked up without a new event."""
+    await start("alpha")
+    await start("beta")
+    early = _create(fake_api, 20, "early")
+    await trio.sleep(0.5)  # their handlers are in flight: the old owners drain slowly
+    gamma = await start("gamma")
+    names = _create(fake_api, 40, "flap")
+    await gamma.stop()
+    await _until(lambda: set(_handled(runs)) == set(early + names))
+    await trio.sleep(60)
+    assert _handled(runs) == Counter({name: 1 for name in early + names})
+    _assert_no_overlap(runs)
