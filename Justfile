@@ -18,6 +18,10 @@ test-fast *ARGS:
 e2e *ARGS: cluster-up
     python -m pytest -m e2e {{ARGS}}
 
+# sharding with replicas as processes on the local kube-apiserver (docs/sharding.md)
+e2e-shards *ARGS: cluster-up
+    python -m pytest -m e2e tests/e2e/test_shards.py {{ARGS}}
+
 # the chaos tier: its own control plane (port 18443) killed, compacted, proxied (tests/chaos/RESULTS.md)
 chaos *ARGS:
     python -m pytest -m chaos -o faulthandler_timeout=0 tests/chaos {{ARGS}}
