@@ -1,0 +1,281 @@
+"""Sharding: objects per second with 1, 2 and 3 replicas, and the take-over after a SIGKILL.
+
+    python benchmarks/bench_shards.py [--count 300] [--replicas 1,2,3] [--delay 0.2]
+                                      [--worker-limit 10] [--takeover] [--kubeconfig PATH]
+
+Each replica runs ``trioperator run --shards auto`` as its own process, with the same per-replica
+worker limit (``settings.queueing.worker_limit``) and a creation handler that awaits ``--delay``
+seconds (I/O-bound, as most real handlers are). Once every replica serves its share of the ring,
+``benchmarks/load.py`` creates ``--count`` objects with concurrent creators; the figure is the
+count divided by the time from the first creation until every object shows the handler's
+result. With ``--takeover``, the largest ring handles a second burst and one replica is
+SIGKILLed once it has handled 5 of its share: the time from the kill until every object is handled.
+The replicas use short Leases (6 s, fenced after 4 s, 2 s margin), so the take-over is bounded
+by about 8 s plus a drain, a publication and a listing.
+
+Without ``--kubeconfig``, the shared local API server (``scripts/kube-up``) is used. Each run
+has its own namespace (objects and Leases), removed afterwards. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+KUBECTL = os.environ.get("KUBECTL") or str(Path.home() / ".cache/trioperator/kube/bin/kubectl")
+
+OPERATOR = """
+import os
+
+import trio
+import trioperator as kopf
+
+REPLICA = os.environ["SHARD_REPLICA"]
+
+
+@kopf.on.startup()
+def configure(settings, **_):
+    settings.queueing.worker_limit = {worker_limit}
+    # A worker holds its slot until it idles out: a short idle time keeps the limit about
+    # concurrent handlers, not about recently handled objects.
+    settings.queueing.idle_timeout = 0.1
+    settings.sharding.lease_duration = 6
+    settings.sharding.renew_deadline = 4
+    settings.sharding.renew_interval = 1
+    settings.sharding.takeover_margin = 2
+    settings.posting.enabled = False
+
+
+@kopf.on.create("bench.trioperator.dev", "v1", "benchobjects")
+async def create_fn(**_):
+    await trio.sleep({delay})
+    return {{"by": REPLICA}}
+"""
+
+
+class Replica:
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def seen(self, pattern: str) -> bool:
+        return any(re.search(pattern, line) for line in list(self.lines))
+
+    def first_after(self, pattern: str, moment: float) -> float | None:
+        """The wall-clock time (epoch) of the first log line matching after ``moment``."""
+        for line in list(self.lines):
+            stamp = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]", line)
+            if stamp is None or not re.search(pattern, line):
+                continue
+            when = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if when >= moment:
+                return when
+        return None
+
+    def usage(self) -> tuple[float, float]:
+        """CPU seconds (user+system) and peak RSS in MiB, read while it runs."""
+        pid = self.process.pid
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        cpu = (int(fields[11]) + int(fields[12])) / ticks
+        status = Path(f"/proc/{pid}/status").read_text()
+        match = re.search(r"VmHWM:\s+(\d+) kB", status)
+        return cpu, (int(match.group(1)) / 1024 if match else 0.0)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [KUBECTL, f"--kubeconfig={kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return result.stdout
+
+
+def handled(kubeconfig: str, namespace: str, prefix: str) -> int:
+    items = json.loads(kubectl(kubeconfig, "get", "benchobjects", "-n", namespace, "-o", "json"))
+    return sum(
+        1
+        for item in items["items"]
+        if item["metadata"]["name"].startswith(prefix)
+        and (item.get("status") or {}).get("create_fn")
+    )
+
+
+def wait_handled(kubeconfig: str, namespace: str, prefix: str, count: int) -> float:
+    deadline = time.monotonic() + 600
+    while handled(kubeconfig, namespace, prefix) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{prefix}: not all {count} objects were handled in 600 s")
+        time.sleep(0.2)
+    return time.monotonic()
+
+
+def create(kubeconfig: str, namespace: str, prefix: str, count: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            *(sys.executable, str(HERE / "load.py"), "create", "--namespace", namespace),
+            *("--prefix", prefix, "--count", str(count), "--kubeconfig", kubeconfig),
+        ],
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def run_ring(args: argparse.Namespace, size: int, takeover: bool) -> dict[str, Any]:
+    namespace = f"bench-shards-{secrets.token_hex(3)}"
+    kubectl(args.kubeconfig, "create", "namespace", namespace)
+    work = HERE / ".work" / "shards" / namespace
+    work.mkdir(parents=True, exist_ok=True)
+    source = work / "operator.py"
+    source.write_text(OPERATOR.format(worker_limit=args.worker_limit, delay=args.delay))
+    replicas: list[Replica] = []
+    result: dict[str, Any] = {"replicas": size}
+    try:
+        for index in range(size):
+            name = f"r{index + 1}"
+            env = {
+                **os.environ,
+                "KUBECONFIG": args.kubeconfig,
+                "PYTHONUNBUFFERED": "1",
+                "POD_NAMESPACE": namespace,
+                "SHARD_REPLICA": name,
+            }
+            command = [sys.executable, "-m", "trioperator", "run", "--standalone", "-n", namespace]
+            command += ["--shards", "auto", "--id", name, str(source)]
+            replicas.append(Replica(name, command, env))
+        deadline = time.monotonic() + 120
+        while not all(r.seen(rf"among {size} member\(s\)") for r in replicas):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the ring did not form within 120 s")
+            time.sleep(0.2)
+
+        started = time.monotonic()
+        loader = create(args.kubeconfig, namespace, "burst", args.count)
+        finished = wait_handled(args.kubeconfig, namespace, "burst", args.count)
+        loader.wait()
+        result["seconds"] = finished - started
+        result["per_second"] = args.count / (finished - started)
+        usages = [replica.usage() for replica in replicas]
+        result["cpu"] = sum(cpu for cpu, _ in usages)
+        result["shares"] = [
+            sum("create_fn' succeeded" in line and "/burst-" in line for line in replica.lines)
+            for replica in replicas
+        ]
+        result["peak_rss_mib"] = max(rss for _, rss in usages)
+
+        if takeover and size > 1:
+            loader = create(args.kubeconfig, namespace, "second", args.count)
+            victim = replicas[-1]
+            # Early in its share of the burst: most of it is left to take over.
+            while (
+                sum("create_fn' succeeded" in line and "/second-" in line for line in victim.lines)
+                < 5
+            ):
+                time.sleep(0.05)
+            victim.process.send_signal(signal.SIGKILL)
+            killed, killed_wall = time.monotonic(), time.time()
+            finished = wait_handled(args.kubeconfig, namespace, "second", args.count)
+            loader.wait()
+            result["takeover_seconds"] = finished - killed
+            served = [
+                replica.first_after(rf"among {size - 1} member\(s\)", killed_wall)
+                for replica in replicas[:-1]
+            ]
+            if all(moment is not None for moment in served):
+                result["rebalanced_seconds"] = max(served) - killed_wall  # type: ignore[type-var]
+    finally:
+        for replica in replicas:
+            replica.stop()
+            (work / f"{replica.name}.log").write_text("".join(replica.lines))
+        kubectl(args.kubeconfig, "delete", "benchobjects", "--all", "-n", namespace, "--wait=false")
+        kubectl(args.kubeconfig, "delete", "namespace", namespace, "--wait=false")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=300)
+    parser.add_argument("--replicas", default="1,2,3")
+    parser.add_argument("--delay", type=float, default=0.2)
+    parser.add_argument("--worker-limit", type=int, default=10)
+    parser.add_argument("--takeover", action="store_true")
+    parser.add_argument("--kubeconfig", default=None)
+    args = parser.parse_args()
+    if args.kubeconfig is None:
+        up = subprocess.run([str(ROOT / "scripts" / "kube-up")], capture_output=True, text=True)
+        args.kubeconfig = up.stdout.strip().splitlines()[-1]
+    kubectl(args.kubeconfig, "apply", "-f", str(HERE / "crd.yaml"))
+    kubectl(
+        args.kubeconfig,
+        "wait",
+        "--for=condition=Established",
+        "crd/benchobjects.bench.trioperator.dev",
+    )
+
+    sizes = [int(size) for size in args.replicas.split(",")]
+    results = [run_ring(args, size, args.takeover and size == max(sizes)) for size in sizes]
+    base = results[0]["per_second"]
+    print(
+        f"\n{args.count} objects, handler awaits {args.delay} s, "
+        f"worker limit {args.worker_limit} per replica\n"
+    )
+    print(
+        "| replicas | seconds | objects/s | scaling | objects per replica "
+        "| CPU s (all) | peak RSS MiB (max) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for result in results:
+        print(
+            f"| {result['replicas']} | {result['seconds']:.1f} | {result['per_second']:.1f} "
+            f"| {result['per_second'] / base:.2f}x | {'/'.join(map(str, result['shares']))} "
+            f"| {result['cpu']:.1f} "
+            f"| {result['peak_rss_mib']:.0f} |"
+        )
+    for result in results:
+        if "takeover_seconds" in result:
+            print(
+                f"\nSIGKILL of one of {result['replicas']} replicas mid-burst (Leases of 6 s, "
+                f"2 s margin): the survivors served the new ring "
+                f"{result.get('rebalanced_seconds', float('nan')):.1f} s after the kill; every "
+                f"object of the burst was handled {result['takeover_seconds']:.1f} s after it."
+            )
+
+
+if __name__ == "__main__":
+    main()
