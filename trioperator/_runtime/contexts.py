@@ -20,6 +20,7 @@ from trioperator._runtime.indexing import IndexingReadiness
 from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import OperatorPause
+from trioperator._util.ordering import OrderedSlots
 
 if TYPE_CHECKING:
     from trioperator._client.watching import WatchItem
@@ -102,7 +103,8 @@ class ResourceContext:
     resource: Resource
     namespace: str | None
     memories: Memories
-    worker_slots: trio.Semaphore | None = None
+    worker_slots: OrderedSlots | None = None
+    """``settings.queueing.worker_limit`` places, given to the oldest work first."""
     health: WatchHealth = dataclasses.field(default_factory=WatchHealth)
     """The watcher's signs of life, for the liveness probe."""
     daemons: DaemonsKeeper | None = None

@@ -75,6 +75,7 @@ from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asynci
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.invocation import is_async_fn
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._util.ordering import current_ticket
 
 if TYPE_CHECKING:
     from trioperator._runtime.contexts import ResourceContext
@@ -350,6 +351,9 @@ class DaemonsKeeper:
         return daemon
 
     async def _run(self, daemon: Daemon, cause: DaemonCause) -> None:
+        # Started from a worker, the task has the ticket of the worker's work: its own requests
+        # are not that work, and queue as they come (see _util/ordering.py).
+        current_ticket.set(None)
         handler = daemon.handler
         memory = daemon.memory
         try:

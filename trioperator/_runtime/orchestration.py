@@ -71,6 +71,7 @@ from trioperator._runtime.contexts import OperatorContext, ResourceContext
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
+from trioperator._util.ordering import OrderedSlots
 
 __all__ = [
     "CRDS",
@@ -340,7 +341,7 @@ class Orchestration:
             resource=resource,
             namespace=namespace,
             memories=Memories(self._context.memo),
-            worker_slots=trio.Semaphore(limit) if limit else None,
+            worker_slots=OrderedSlots(limit) if limit else None,
         )
         watcher = _Watcher(key, ctx, self._watcher_started)
         predecessor = self._retiring.get(key)
