@@ -701,6 +701,7 @@ class Config:
     creators: int
     ceiling_concurrency: int
     ceiling_sizes: list[int]
+    ceiling_repeat: int  # at most this many of the burst repetitions have a ceiling run
     restart: bool  # restart + idle after each burst with the first variant
     idle: float
     takeover_idle: float  # the idle window of the restart after the takeover
@@ -1539,7 +1540,7 @@ class Bench:
         for n, repeat in zip(cfg.sizes, cfg.repeats, strict=True):
             variants = cfg.variants if n == cfg.sizes[0] else cfg.big_variants
             for rep in range(repeat):
-                if cfg.ceiling and n in cfg.ceiling_sizes:
+                if cfg.ceiling and n in cfg.ceiling_sizes and rep < cfg.ceiling_repeat:
                     with self.timed(f"ceiling {n}"):
                         for client in cfg.clients:
                             await self.ceiling_run(client, n, rep)
@@ -1785,7 +1786,8 @@ DEFAULTS = {
     "background_repeat": (1, 1),
     "background_window": (60.0, 15.0),
     "shutdown_size": (100, 50),
-    "shutdown_repeat": (2, 1),
+    "shutdown_repeat": (1, 1),
+    "ceiling_repeat": (1, 1),
     "open_rates": ("40,120,160", "40,120,160"),
     "open_size": (2400, 600),
     "open_repeat": (1, 1),
@@ -1808,7 +1810,8 @@ def estimate(args: argparse.Namespace) -> list[tuple[str, float]]:
         variants = args.variants if n == args.sizes[0] else args.big_variants
         if not args.no_ceiling and n in args.ceiling_sizes:
             ceiling = len(args.clients) * (6 + n * (create + 1 / 60 + delete))
-            parts.append((f"ceiling {n} x {repeat}", repeat * ceiling))
+            times = min(repeat, args.ceiling_repeat)
+            parts.append((f"ceiling {n} x {times}", times * ceiling))
         burst = 12 + n * (handle + delete)
         runs = repeat * fws * len(variants)
         extra = repeat * fws * restart(n) if args.restart_after_burst else 0
@@ -1889,6 +1892,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     group.add_argument(
         "--ceiling-sizes", default=None, help="sizes with a ceiling run (the first burst size)"
     )
+    group.add_argument(
+        "--ceiling-repeat",
+        type=int,
+        default=None,
+        help="repetitions of the ceiling, at most one per burst repetition (1)",
+    )
     group.add_argument("--no-ceiling", action="store_true", help="skip the raw-client ceiling")
     group = parser.add_argument_group("takeover, steady state, daemons, shutdown (0: skip)")
     group.add_argument(
@@ -1935,7 +1944,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="handled objects, and objects with daemons, for the graceful-stop runs (100)",
     )
-    group.add_argument("--shutdown-repeat", type=int, default=None, help="(2)")
+    group.add_argument("--shutdown-repeat", type=int, default=None, help="(1)")
     group = parser.add_argument_group("open loop: objects created at a fixed rate")
     group.add_argument(
         "--open-rates", default=None, help='objects/s, one run each (40,120,160; "": skip)'
@@ -2008,7 +2017,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     numbers += [args.takeover_size, args.takeover_repeat, args.steady_repeat]
     numbers += [args.background_size, args.background_repeat, args.background_window]
     numbers += [args.shutdown_size, args.shutdown_repeat, args.idle, args.takeover_idle]
-    numbers += [args.open_size, args.open_repeat]
+    numbers += [args.open_size, args.open_repeat, args.ceiling_repeat]
     if any(x < 0 for x in numbers):
         parser.error("sizes, repetitions and windows cannot be negative")
     if any(x <= 0 for x in args.open_rates):
@@ -2102,6 +2111,7 @@ def main(argv: list[str] | None = None) -> int:
             creators=args.creators,
             ceiling_concurrency=args.ceiling_concurrency,
             ceiling_sizes=args.ceiling_sizes,
+            ceiling_repeat=args.ceiling_repeat,
             restart=args.restart_after_burst,
             idle=args.idle,
             takeover_idle=args.takeover_idle,
