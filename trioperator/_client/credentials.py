@@ -50,6 +50,8 @@ from typing import NewType
 
 import trio
 
+from trioperator._util import clock
+
 VaultKey = NewType("VaultKey", str)
 
 _NO_CREDENTIALS_HINT = (
@@ -209,7 +211,7 @@ def _pem_from_base64(data: bytes) -> bytes:
 
 def utcnow() -> datetime.datetime:
     """The wall-clock time against which credentials' expiration is checked."""
-    return datetime.datetime.now(datetime.UTC)
+    return clock.now()
 
 
 class Vault:

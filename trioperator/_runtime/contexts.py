@@ -20,6 +20,7 @@ from trioperator._runtime.indexing import IndexingReadiness
 from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import OperatorPause
+from trioperator._util import clock
 
 if TYPE_CHECKING:
     from trioperator._client.watching import WatchItem
@@ -38,11 +39,6 @@ class OperatorContext:
     thread_limiter: trio.CapacityLimiter
     stopping: trio.Event = dataclasses.field(default_factory=trio.Event)
     """Set when a graceful stop begins: stop taking new work, finish what is running."""
-
-    basetime: datetime.datetime = dataclasses.field(
-        default_factory=lambda: datetime.datetime.now(datetime.UTC)
-    )
-    """The wall-clock time at trio time zero (set when the operator starts)."""
 
     indexers: Indexers = dataclasses.field(default_factory=Indexers)
     """The in-memory indices of all ``@index`` handlers (written only by the watchers)."""
@@ -69,29 +65,7 @@ class OperatorContext:
 
     def now(self) -> datetime.datetime:
         """Wall-clock "now" derived from trio's clock, so a mock clock governs it in tests."""
-        return self.basetime + datetime.timedelta(seconds=trio.current_time())
-
-    def reset_basetime(self) -> None:
-        self.basetime = run_basetime()
-
-
-_basetime: trio.lowlevel.RunVar[datetime.datetime] = trio.lowlevel.RunVar("trioperator.basetime")
-
-
-def run_basetime() -> datetime.datetime:
-    """The wall-clock time at trio time zero, fixed once per ``trio.run``.
-
-    Every operator of one run shares it, so that their timestamps agree with each other (e.g.
-    an operator restarted in the same process reads the delays its predecessor stored), also
-    under a ``MockClock``, where the real wall clock does not move with trio's clock.
-    """
-    try:
-        return _basetime.get()
-    except LookupError:
-        now = datetime.datetime.now(datetime.UTC)
-        basetime = now - datetime.timedelta(seconds=trio.current_time())
-        _basetime.set(basetime)
-        return basetime
+        return clock.now()
 
 
 @dataclasses.dataclass

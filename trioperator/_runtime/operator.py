@@ -217,7 +217,6 @@ class Operator:
             memo=self.memo,
             thread_limiter=make_limiter(settings.execution.max_workers),
         )
-        context.reset_basetime()
         context.metrics = self.metrics
         self.metrics.context = context
         self.context = context

@@ -110,7 +110,6 @@ async def orchestrate(
                 memo=Memo(),
                 thread_limiter=make_limiter(settings.execution.max_workers),
             )
-            context.reset_basetime()
             finished = trio.Event()
 
             async def main(*, task_status: trio.TaskStatus[Orchestration]) -> None:
