@@ -20,6 +20,7 @@ from trioperator._runtime.indexing import IndexingReadiness
 from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import OperatorPause
+from trioperator._runtime.waiting import wait_any
 from trioperator._util import clock
 
 if TYPE_CHECKING:
@@ -102,9 +103,7 @@ class ResourceContext:
 
     async def wait_stopping(self) -> None:
         """Return when this watcher is to stop (alone, or with the whole operator)."""
-        async with trio.open_nursery() as nursery:
-            for event in (self.stopping, self.operator.stopping):
-                nursery.start_soon(_cancel_when_set, event, nursery.cancel_scope)
+        await wait_any(self.stopping, self.operator.stopping)
 
     @property
     def api(self) -> APIClient:
@@ -117,8 +116,3 @@ class ResourceContext:
     @property
     def settings(self) -> OperatorSettings:
         return self.operator.settings
-
-
-async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()

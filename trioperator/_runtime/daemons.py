@@ -75,6 +75,7 @@ from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asynci
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.invocation import is_async_fn
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.waiting import wait_any
 
 if TYPE_CHECKING:
     from trioperator._runtime.contexts import ResourceContext
@@ -256,18 +257,6 @@ def _limits(
         polling = handler.cancellation_polling or settings.cancellation_polling
         return handler.cancellation_backoff, handler.cancellation_timeout, polling
     return None, None, settings.cancellation_polling
-
-
-async def _wait_any(*events: trio.Event) -> None:
-    """Return as soon as any of the events is set."""
-
-    async def waiter(event: trio.Event, scope: trio.CancelScope) -> None:
-        await event.wait()
-        scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        for event in events:
-            nursery.start_soon(waiter, event, nursery.cancel_scope)
 
 
 async def _sleep(stopper: TrioDaemonStopper, seconds: float) -> None:
@@ -486,7 +475,7 @@ class DaemonsKeeper:
             elif handler.idle is not None:
                 # Idle-only: once per calm period; wait for the next essential change.
                 while not stopper.is_set() and memory.idle_reset_time <= started:
-                    await _wait_any(stopper.event, memory.idle_reset)
+                    await wait_any(stopper.event, memory.idle_reset)
             else:
                 return  # no schedule at all: a one-shot
 
@@ -550,7 +539,7 @@ class DaemonsKeeper:
     ) -> bool:
         with trio.move_on_at(deadline):
             if or_exiting:
-                await _wait_any(daemon.finished, self._exiting)
+                await wait_any(daemon.finished, self._exiting)
             else:
                 await daemon.finished.wait()
         return daemon.finished.is_set()
