@@ -276,14 +276,8 @@ class DaemonsKeeper:
         self.exiting_since: float | None = None
         self.paused = False
         """While paused (peering), daemons are stopped and nothing is spawned."""
-        settings = ctx.settings
-        self._execution = Execution(
-            now=ctx.operator.now,
-            default_backoff=settings.execution.default_backoff,
-            limiter=ctx.operator.thread_limiter,
-            abandon_threads=True,  # so that a stuck sync daemon can be let go of (stage 3)
-            metrics=ctx.operator.metrics,
-        )
+        # A stuck sync daemon's thread can be let go of (stage 3 of the termination).
+        self._execution = Execution.for_operator(ctx.operator, abandon_threads=True)
 
     @property
     def closed(self) -> bool:

@@ -42,6 +42,7 @@ from trioperator._runtime.invocation import invoke, is_async_fn
 from trioperator._runtime.loggers import Logger
 
 if TYPE_CHECKING:
+    from trioperator._runtime.contexts import OperatorContext
     from trioperator._runtime.metrics import OperatorMetrics
 
 
@@ -59,6 +60,25 @@ class Execution:
     the thread runs on until it returns; nothing else can stop a thread)."""
     metrics: OperatorMetrics | None = None
     """Where every handler run is counted and timed (``None``: nowhere)."""
+
+    @classmethod
+    def for_operator(
+        cls, operator: OperatorContext, *, progress: bool = False, abandon_threads: bool = False
+    ) -> Execution:
+        """The execution of an operator's handlers: its clock, settings, threads and metrics.
+
+        ``progress``: the handlers' progress is stored in the objects (resource-changing
+        handlers), with ``settings.persistence.progress_storage``.
+        """
+        settings = operator.settings
+        return cls(
+            now=operator.now,
+            default_backoff=settings.execution.default_backoff,
+            limiter=operator.thread_limiter,
+            progress_storage=settings.persistence.progress_storage if progress else None,
+            abandon_threads=abandon_threads,
+            metrics=operator.metrics,
+        )
 
 
 @dataclasses.dataclass

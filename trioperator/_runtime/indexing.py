@@ -92,16 +92,6 @@ class IndexingReadiness:
             await self._opened.wait()
 
 
-def execution_for(ctx: ResourceContext) -> Execution:
-    settings = ctx.settings
-    return Execution(
-        now=ctx.operator.now,
-        default_backoff=settings.execution.default_backoff,
-        limiter=ctx.operator.thread_limiter,
-        metrics=ctx.operator.metrics,
-    )
-
-
 async def index_object(
     ctx: ResourceContext, key: Hashable, event: RawEvent, memory: ObjectMemory
 ) -> None:
@@ -139,7 +129,7 @@ async def index_object(
     handlers = registry.iter_indexing_handlers(
         resource=resource, body=raw, kwargs=lambda: cause.kwargs
     )
-    execution = execution_for(ctx)
+    execution = Execution.for_operator(ctx.operator)
     now = execution.now()
     state = memory.indexing_state or State.from_scratch()
     state = state.with_handlers(handlers, now=now)

@@ -220,12 +220,7 @@ class Operator:
         context.metrics = self.metrics
         self.metrics.context = context
         self.context = context
-        execution = Execution(
-            now=context.now,
-            default_backoff=settings.execution.default_backoff,
-            limiter=context.thread_limiter,
-            metrics=self.metrics,
-        )
+        execution = Execution.for_operator(context)
 
         # k8s Events: from here on, trioperator.event() & co. (in this task, the tasks it
         # starts, and their threads) queue to this operator; the poster posts them once the API
