@@ -43,8 +43,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
-from functools import partial
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import trio
 
@@ -58,17 +57,15 @@ from trioperator._client.errors import (
 )
 from trioperator._client.resources import Resource
 from trioperator._client.watching import (
-    LISTED,
     RawWatchEvent,
     WatchHealth,
-    WatchItem,
-    stream_events,
 )
 from trioperator._engine.namespaces import literal_namespaces, match_namespace
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
 from trioperator._runtime.memories import Memories
+from trioperator._runtime.observing import observe_resource
 from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
 
@@ -81,9 +78,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-OBSERVER_BUFFER = 64
-"""Events read ahead of an observer's loop; when it is full, the stream waits (bounded memory)."""
 
 NAMESPACES: Final = Resource(
     group="",
@@ -427,46 +421,41 @@ class Orchestration:
 
         ready = False
         health = WatchHealth()
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
+
+        def served(event: RawWatchEvent) -> str | None:
+            name = (event["object"].get("metadata") or {}).get("name")
+            if not isinstance(name, str):
+                return None
+            return name if not _is_gone(event) and match_namespace(name, self._patterns) else None
+
+        async def listed(names: list[str]) -> None:
+            nonlocal ready
+            self._set_namespaces(names)
+            if not ready:
+                ready = True
+                self._health[_NAMESPACES_OBSERVER] = health
+                task_status.started()
+
+        async def changed(event: RawWatchEvent) -> None:
+            name = (event["object"].get("metadata") or {}).get("name")
+            if not isinstance(name, str):
+                return
+            if served(event) is not None:
+                self._set_namespaces(self.namespaces | {name})
+            else:
+                self._set_namespaces(self.namespaces - {name})
+
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    partial(
-                        stream_events,
-                        self._api,
-                        NAMESPACES,
-                        None,
-                        settings=self._settings.watching,
-                        send=send,
-                        health=health,
-                    ),
-                    name="namespaces stream",
-                )
-                listing: set[str] = set()
-                async with receive:
-                    async for item in receive:
-                        if item is LISTED:
-                            # A (re)listing is complete and authoritative: what is not in it
-                            # does not exist any more, even if its deletion was never seen.
-                            self._set_namespaces(listing)
-                            listing = set()
-                            if not ready:
-                                ready = True
-                                self._health[_NAMESPACES_OBSERVER] = health
-                                task_status.started()
-                            continue
-                        event = cast(RawWatchEvent, item)
-                        name = (event["object"].get("metadata") or {}).get("name")
-                        if not isinstance(name, str):
-                            continue
-                        serve = not _is_gone(event) and match_namespace(name, self._patterns)
-                        if event["type"] is None:
-                            if serve:
-                                listing.add(name)
-                        elif serve:
-                            self._set_namespaces(self.namespaces | {name})
-                        else:
-                            self._set_namespaces(self.namespaces - {name})
+            await observe_resource(
+                self._api,
+                NAMESPACES,
+                None,
+                settings=self._settings.watching,
+                keep=served,
+                on_listing=listed,
+                on_event=changed,
+                health=health,
+            )
         except* APIForbiddenError:
             self._health.pop(_NAMESPACES_OBSERVER, None)  # not observing: nothing to report
             if not ready:
@@ -540,53 +529,49 @@ class Orchestration:
 
     async def _observe_crds(self) -> None:
         """Remember what the CRDs say, and ask for a rescan whenever any of them changes."""
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
         listed = False
         health = WatchHealth()
+
+        def described(event: RawWatchEvent) -> tuple[tuple[str, str], _CRDInfo] | None:
+            key = _crd_key(event["object"])
+            return None if key is None else (key, _crd_info(event["object"]))
+
+        async def relisted(crds: list[tuple[tuple[str, str], _CRDInfo]]) -> None:
+            nonlocal listed
+            self._crds = dict(crds)
+            self._deleted_crds -= self._crds.keys()
+            # A relisting (after HTTP 410) may hide changes; and a CRD may have changed
+            # between the initial scan and the first listing.
+            if listed or not self._discovery_agrees(self._discovered):
+                self._rescan_wanted.set()
+            if not listed:
+                self._health[_CRDS_OBSERVER] = health
+            listed = True
+
+        async def changed(event: RawWatchEvent) -> None:
+            key = _crd_key(event["object"])
+            if key is None:
+                return
+            if event["type"] == "DELETED":
+                self._crds.pop(key, None)
+                self._deleted_crds.add(key)
+            else:
+                self._crds[key] = _crd_info(event["object"])
+                self._deleted_crds.discard(key)
+            self._touch()  # a deleted CRD (or version) stops its watchers now
+            self._rescan_wanted.set()
+
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    partial(
-                        stream_events,
-                        self._api,
-                        CRDS,
-                        None,
-                        settings=self._settings.watching,
-                        send=send,
-                        health=health,
-                    ),
-                    name="CRDs stream",
-                )
-                listing: dict[tuple[str, str], _CRDInfo] = {}
-                async with receive:
-                    async for item in receive:
-                        if item is LISTED:
-                            self._crds = listing
-                            self._deleted_crds -= listing.keys()
-                            listing = {}
-                            # A relisting (after HTTP 410) may hide changes; and a CRD may
-                            # have changed between the initial scan and the first listing.
-                            if listed or not self._discovery_agrees(self._discovered):
-                                self._rescan_wanted.set()
-                            if not listed:
-                                self._health[_CRDS_OBSERVER] = health
-                            listed = True
-                            continue
-                        event = cast(RawWatchEvent, item)
-                        key = _crd_key(event["object"])
-                        if key is None:
-                            continue
-                        if event["type"] is None:
-                            listing[key] = _crd_info(event["object"])
-                            continue
-                        if event["type"] == "DELETED":
-                            self._crds.pop(key, None)
-                            self._deleted_crds.add(key)
-                        else:
-                            self._crds[key] = _crd_info(event["object"])
-                            self._deleted_crds.discard(key)
-                        self._touch()  # a deleted CRD (or version) stops its watchers now
-                        self._rescan_wanted.set()
+            await observe_resource(
+                self._api,
+                CRDS,
+                None,
+                settings=self._settings.watching,
+                keep=described,
+                on_listing=relisted,
+                on_event=changed,
+                health=health,
+            )
         except* (APIForbiddenError, APINotFoundError) as group:
             self._health.pop(_CRDS_OBSERVER, None)  # not observing: nothing to report
             logger.warning(

@@ -24,8 +24,7 @@ import datetime
 import logging
 import math
 from collections.abc import Callable, Hashable, Iterable
-from functools import partial
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import trio
 
@@ -33,11 +32,8 @@ from trioperator._client.api import APIClient
 from trioperator._client.errors import APIConnectionError, APIError, APINotFoundError
 from trioperator._client.resources import Resource
 from trioperator._client.watching import (
-    LISTED,
     RawWatchEvent,
     WatchingError,
-    WatchItem,
-    stream_events,
 )
 from trioperator._engine.peering import (
     PeeringDecision,
@@ -48,13 +44,11 @@ from trioperator._engine.peering import (
     select_peering_resources,
 )
 from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.observing import observe_resource
 
 __all__ = ["REMOVAL_TIMEOUT", "OperatorPause", "Peering", "run_peering", "status_subresource"]
 
 logger = logging.getLogger("trioperator.peering")
-
-OBSERVER_BUFFER = 64
-"""Events read ahead of the peering observer's loop; when it is full, the stream waits."""
 
 REMOVAL_TIMEOUT: Final = 10.0
 """Seconds to remove our record on exit; after that, it expires on its own."""
@@ -239,57 +233,57 @@ class Peering:
     async def _observe(self, key: PeeringKey) -> None:
         resource, namespace = key
         name = self._settings.peering.name
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                partial(
-                    stream_events,
-                    self._api,
-                    resource,
-                    namespace,
-                    settings=self._settings.watching,
-                    send=send,
-                    logger=logger,
-                ),
-                name=f"peering stream {resource} {_where(namespace)}",
-            )
-            status: Any = None
-            exists = False
-            listing: Any = None
-            listed = False
+        status: Any = None
+        exists = False
+        listed = False
+        wake_at = math.inf
+
+        def ours(event: RawWatchEvent) -> Any | None:
+            obj = event["object"]
+            if (obj.get("metadata") or {}).get("name") != name:
+                return None  # another peering neighbourhood: not ours to judge
+            return obj.get("status") or {}
+
+        async def relisted(statuses: list[Any]) -> None:
+            nonlocal exists, status, listed
+            # A (re)listing is authoritative: not in it means absent.
+            exists, status, listed = bool(statuses), statuses[-1] if statuses else None, True
+            await judge()
+
+        async def changed(event: RawWatchEvent) -> None:
+            nonlocal exists, status
+            if ours(event) is None:
+                return
+            exists = event["type"] != "DELETED"
+            status = (event["object"].get("status") or {}) if exists else None
+            if listed:
+                await judge()
+
+        async def judge() -> None:
+            # Judged on every change, and when a blocking peer should have expired.
+            nonlocal wake_at
+            decision = self._judge(key, exists=exists, status=status)
             wake_at = math.inf
-            async with receive:
-                while True:
-                    judge = False
-                    with trio.move_on_at(wake_at):
-                        item = await receive.receive()
-                        if item is LISTED:
-                            # A (re)listing is authoritative: not in it means absent.
-                            exists, status = listing is not None, listing
-                            listing, listed, judge = None, True, True
-                        else:
-                            event = cast(RawWatchEvent, item)
-                            obj = event["object"]
-                            if (obj.get("metadata") or {}).get("name") != name:
-                                continue  # another peering neighbourhood: not ours to judge
-                            if event["type"] is None:
-                                listing = obj.get("status") or {}
-                                continue
-                            exists = event["type"] != "DELETED"
-                            status = (obj.get("status") or {}) if exists else None
-                            judge = listed
-                    if not judge and not listed:
-                        continue
-                    # Judged on every change, and when a blocking peer should have expired.
-                    decision = self._judge(key, exists=exists, status=status)
-                    wake_at = math.inf
-                    if decision is not None:
-                        if decision.dead:
-                            await self._clean(key, decision)
-                        deadline = decision.wake_up_at()
-                        if deadline is not None:
-                            delay = (deadline - self._now()).total_seconds()
-                            wake_at = trio.current_time() + max(0.0, delay)
+            if decision is not None:
+                if decision.dead:
+                    await self._clean(key, decision)
+                deadline = decision.wake_up_at()
+                if deadline is not None:
+                    delay = (deadline - self._now()).total_seconds()
+                    wake_at = trio.current_time() + max(0.0, delay)
+
+        await observe_resource(
+            self._api,
+            resource,
+            namespace,
+            settings=self._settings.watching,
+            keep=ours,
+            on_listing=relisted,
+            on_event=changed,
+            wake_at=lambda: wake_at,
+            on_wake=judge,
+            logger=logger,
+        )
 
     def _judge(self, key: PeeringKey, *, exists: bool, status: Any) -> PeeringDecision | None:
         _, namespace = key
