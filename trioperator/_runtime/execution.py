@@ -178,16 +178,6 @@ async def run_handler_once(
     default_errors: ErrorsMode = ErrorsMode.TEMPORARY,
 ) -> HandlerOutcome:
     """Invoke one handler once and classify what happened (and count it in the metrics)."""
-    metrics = execution.metrics
-    if metrics is None:
-        return await _run_handler_once(
-            handler,
-            cause=cause,
-            handler_state=handler_state,
-            execution=execution,
-            logger=logger,
-            default_errors=default_errors,
-        )
     started = trio.current_time()
     outcome = await _run_handler_once(
         handler,
@@ -197,13 +187,15 @@ async def run_handler_once(
         logger=logger,
         default_errors=default_errors,
     )
-    metrics.handler_ran(
-        handler.id,
-        cause.resource if isinstance(cause, ResourceCause) else None,
-        outcome,
-        trio.current_time() - started,
-        retry=bool(handler_state.retries),
-    )
+    metrics = execution.metrics
+    if metrics is not None:
+        metrics.handler_ran(
+            handler.id,
+            cause.resource if isinstance(cause, ResourceCause) else None,
+            outcome,
+            trio.current_time() - started,
+            retry=bool(handler_state.retries),
+        )
     return outcome
 
 

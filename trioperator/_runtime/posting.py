@@ -43,7 +43,7 @@ import trio
 from trioperator._client.api import APIClient
 from trioperator._client.events import post_event
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
+from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
 from trioperator._util import clock
 
 __all__ = [
@@ -434,15 +434,7 @@ class ObjectEventsHandler(logging.Handler):
 
 
 def _type_of(levelno: int) -> str:
-    if levelno <= logging.DEBUG:
-        return "Debug"
-    if levelno <= logging.INFO:
-        return "Normal"
-    if levelno <= logging.WARNING:
-        return "Warning"
-    if levelno <= logging.ERROR:
-        return "Error"
-    return "Fatal"
+    return level_word(levelno, ("Debug", "Normal", "Warning", "Error", "Fatal"))
 
 
 def _plain_message(record: logging.LogRecord) -> str:
