@@ -50,6 +50,8 @@ from typing import NewType
 
 import trio
 
+from trioperator._client.tls import build_ssl_context
+
 VaultKey = NewType("VaultKey", str)
 
 _NO_CREDENTIALS_HINT = (
@@ -156,8 +158,6 @@ class ConnectionInfo:
         Inline certificate and key data are written to private temporary files for the moment
         of loading (Python's ``ssl`` reads them from files only) and removed right after.
         """
-        from trioperator._client.tls import build_ssl_context
-
         return build_ssl_context(self)
 
     def as_aiohttp_basic_auth(self) -> None:
