@@ -97,7 +97,7 @@ from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeS
 from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
 from trioperator._kits.webhooks import WebhookServer as WebhookServer
 from trioperator._kits.webhooks import WebhookServiceServer as WebhookServiceServer
-from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
+from trioperator._runtime.daemon_flags import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
 from trioperator._runtime.embedding import run_tasks as run_tasks

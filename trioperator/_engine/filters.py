@@ -17,11 +17,10 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
-if TYPE_CHECKING:
-    from trioperator._client.resources import Resource
-    from trioperator._engine.selectors import Selector
+from trioperator._client.resources import Resource
+from trioperator._engine.selectors import Selector
 
 __all__ = [
     "ABSENT",

@@ -13,7 +13,7 @@ import contextvars
 import dataclasses
 import datetime
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -40,9 +40,7 @@ from trioperator._engine.registry import SubRegistry, collect_subhandlers
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.invocation import invoke, is_async_fn
 from trioperator._runtime.loggers import Logger
-
-if TYPE_CHECKING:
-    from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._runtime.metrics import OperatorMetrics
 
 
 @dataclasses.dataclass

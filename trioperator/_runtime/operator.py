@@ -97,7 +97,8 @@ from trioperator._runtime.posting import (
     open_poster_channel,
     run_poster,
 )
-from trioperator._runtime.probing import parse_endpoint, serve_liveness
+from trioperator._runtime.probing import serve_liveness
+from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Handler, Request, Response
 
 logger = logging.getLogger("trioperator")
