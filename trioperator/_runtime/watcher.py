@@ -21,7 +21,7 @@ A graceful stop (``operator.stopping``, or ``ctx.stopping`` for this watcher alo
 stream first and asks every daemon to stop;
 then every worker's mailbox is closed so that each finishes what is already queued, for at most
 ``settings.queueing.exit_timeout`` seconds, after which the rest is cancelled. The daemons end
-within their own termination limits (see daemons.py); the watcher returns when all have.
+within their own termination limits (see daemon_keeper.py); the watcher returns when all have.
 
 Indexing happens here, in the router, not in the workers (see _runtime/indexing.py for why).
 A watcher of an indexed resource holds the operator's indexing gate closed until its initial
