@@ -96,7 +96,7 @@ class DaemonsState(Protocol):
 
 
 class WatcherState(Protocol):
-    """What the metrics read of a running watcher (its ``WatcherState``), when scraped.
+    """What the metrics read of a running watcher (its ``ResourceContext``), when scraped.
 
     The contexts hold the metrics, so the metrics know the contexts by these protocols only.
     """
