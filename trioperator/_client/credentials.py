@@ -50,6 +50,7 @@ from typing import NewType
 
 import trio
 
+from trioperator._client.tls import build_ssl_context
 from trioperator._util import clock
 
 VaultKey = NewType("VaultKey", str)
@@ -158,8 +159,6 @@ class ConnectionInfo:
         Inline certificate and key data are written to private temporary files for the moment
         of loading (Python's ``ssl`` reads them from files only) and removed right after.
         """
-        from trioperator._client.tls import build_ssl_context
-
         return build_ssl_context(self)
 
     def as_aiohttp_basic_auth(self) -> None:

@@ -5,28 +5,24 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
-from trioperator._client.watching import WatchHealth
+from trioperator._client.watching import WatchHealth, WatchItem
 from trioperator._engine.handlers import IndexingHandler
 from trioperator._engine.indexing import Index, Indexers
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.indexing import IndexingReadiness
+from trioperator._runtime.daemon_keeper import DaemonsKeeper
+from trioperator._runtime.gates import IndexingReadiness, OperatorPause
 from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
-from trioperator._runtime.peering import OperatorPause
+from trioperator._runtime.metrics import OperatorMetrics
 from trioperator._runtime.waiting import wait_any
 from trioperator._util import clock
-
-if TYPE_CHECKING:
-    from trioperator._client.watching import WatchItem
-    from trioperator._runtime.daemons import DaemonsKeeper
-    from trioperator._runtime.metrics import OperatorMetrics
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ import contextvars
 import dataclasses
 import datetime
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
@@ -37,13 +37,23 @@ from trioperator._engine.ids import HandlerId
 from trioperator._engine.lifecycles import LifeCycleFn, get_default_lifecycle
 from trioperator._engine.progression import HandlerOutcome, HandlerState, State, deliver_results
 from trioperator._engine.registry import SubRegistry, collect_subhandlers
+from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.invocation import invoke, is_async_fn
 from trioperator._runtime.loggers import Logger
+from trioperator._runtime.metrics import OperatorMetrics
 
-if TYPE_CHECKING:
-    from trioperator._runtime.contexts import OperatorContext
-    from trioperator._runtime.metrics import OperatorMetrics
+
+class OperatorParts(Protocol):
+    """What an execution takes of the running operator (its ``OperatorContext``)."""
+
+    @property
+    def settings(self) -> OperatorSettings: ...
+    @property
+    def thread_limiter(self) -> trio.CapacityLimiter: ...
+    @property
+    def metrics(self) -> OperatorMetrics | None: ...
+    def now(self) -> datetime.datetime: ...
 
 
 @dataclasses.dataclass
@@ -63,7 +73,7 @@ class Execution:
 
     @classmethod
     def for_operator(
-        cls, operator: OperatorContext, *, progress: bool = False, abandon_threads: bool = False
+        cls, operator: OperatorParts, *, progress: bool = False, abandon_threads: bool = False
     ) -> Execution:
         """The execution of an operator's handlers: its clock, settings, threads and metrics.
 

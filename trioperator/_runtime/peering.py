@@ -11,7 +11,8 @@ handling: it is removed only once the watchers have finished)::
                                         -> pause/resume; dead records cleaned; re-judged when
                                         the first blocking peer would expire
 
-The operator is paused while any blocker of :class:`OperatorPause` is on: one per peering
+The operator is paused while any blocker of its :class:`~trioperator._runtime.gates.OperatorPause`
+is on: one per peering
 object (a peer with a higher or the same priority is alive there; or, for mandatory peering,
 the object does not exist yet) and one when mandatory peering finds no peering CRD. While
 paused, every watcher closes its watch-stream and stops its daemons and timers; after the
@@ -23,7 +24,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeAlias
 
 import trio
@@ -44,9 +45,10 @@ from trioperator._engine.peering import (
     select_peering_resources,
 )
 from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.gates import OperatorPause
 from trioperator._runtime.observing import observe_resource
 
-__all__ = ["REMOVAL_TIMEOUT", "OperatorPause", "Peering", "run_peering", "status_subresource"]
+__all__ = ["REMOVAL_TIMEOUT", "Peering", "run_peering", "status_subresource"]
 
 logger = logging.getLogger("trioperator.peering")
 
@@ -59,42 +61,6 @@ OBSERVER_RETRY_DELAY: Final = 10.0
 PeeringKey: TypeAlias = tuple[Resource, str | None]
 
 _CRD_MISSING: Final = "peering CRD is missing"
-
-
-class OperatorPause:
-    """Why the operator is paused now: named blockers; paused while any of them is on."""
-
-    def __init__(self) -> None:
-        self._blockers: dict[Hashable, str] = {}
-        self._changed = trio.Event()
-
-    def is_paused(self) -> bool:
-        # A method, not a property: a type checker narrows properties across awaits.
-        return bool(self._blockers)
-
-    @property
-    def reasons(self) -> list[str]:
-        return sorted(self._blockers.values())
-
-    def turn(self, key: Hashable, name: str, on: bool) -> None:
-        if on == (key in self._blockers):
-            return
-        was_paused = self.is_paused()
-        if on:
-            self._blockers[key] = name
-        else:
-            del self._blockers[key]
-        if was_paused != self.is_paused():
-            self._changed.set()
-            self._changed = trio.Event()
-
-    def is_on(self, key: Hashable) -> bool:
-        return key in self._blockers
-
-    async def wait_for(self, paused: bool) -> None:
-        """Return when the operator is (or already was) paused or not, as asked."""
-        while self.is_paused() != paused:
-            await self._changed.wait()
 
 
 def _where(namespace: str | None) -> str:

@@ -35,7 +35,7 @@ from trioperator._engine.progression import HandlerState, State, deliver_results
 from trioperator._engine.reasons import TITLES, Reason
 from trioperator._runtime.applying import apply_patch
 from trioperator._runtime.contexts import ResourceContext
-from trioperator._runtime.daemons import settle_daemons
+from trioperator._runtime.daemon_spawning import settle_daemons
 from trioperator._runtime.execution import (
     Execution,
     run_handler_once,

@@ -21,7 +21,7 @@ from trioperator._engine.bodies import RawBody, RawEvent
 from trioperator._engine.causes import is_deletion_ongoing
 from trioperator._engine.patches import Patch
 from trioperator._runtime.contexts import ResourceContext
-from trioperator._runtime.daemons import process_spawning
+from trioperator._runtime.daemon_spawning import process_spawning
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import ObjectMemory
