@@ -52,8 +52,9 @@ async def _wait(
             if wake is None:
                 return await mailbox.wait(into)
             first = await first_of(partial(mailbox.wait, into), wake.wait)
-            return first.index != 0 or first.value is not False
-        return True
+            # Woken up (the second wait): nothing received; the mailbox is asked again later.
+            return bool(first.value) if first.index == 0 else True
+        return True  # the time is up: nothing received, still open
     finally:
         ctx.workers_busy += 1
 
