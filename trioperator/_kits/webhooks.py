@@ -70,6 +70,7 @@ from trioperator._runtime.webhook_serving import (
     serve_translated,
     serve_webhooks,
 )
+from trioperator._util.addresses import is_ip_address
 
 __all__ = [
     "WebhookAutoServer",
@@ -135,16 +136,8 @@ def normalise_hostnames(names: Iterable[str | None]) -> list[str]:
             if not ip.is_unspecified:
                 seen.setdefault(str(ip), None)
     ordered = list(seen)
-    leading = [name for name in ordered if not _is_ip(name)][:1]
+    leading = [name for name in ordered if not is_ip_address(name)][:1]
     return leading + [name for name in ordered if name not in leading]
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 class WebhookServer:
@@ -442,7 +435,7 @@ def _import_trustme() -> Any:
 
 
 def _common_name(names: list[str]) -> str | None:
-    return names[0] if names and not _is_ip(names[0]) else None
+    return names[0] if names and not is_ip_address(names[0]) else None
 
 
 class WebhookK3dServer(WebhookServer):
