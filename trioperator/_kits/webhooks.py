@@ -529,18 +529,31 @@ def _pod_namespace() -> str | None:
         return None
 
 
-class WebhookAutoServer(WebhookServer):
+class _ClusterDetecting:
+    """The servers that adapt to the local cluster they find when they start."""
+
+    @staticmethod
+    async def guess_host() -> str | None:
+        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
+        return await detect_cluster_host()
+
+    async def _detect_host(self, *, otherwise: str) -> str | None:
+        """:meth:`guess_host`, logged; ``otherwise`` says what is done when nothing is found."""
+        host = await self.guess_host()
+        if host is None:
+            logger.info(f"No known local cluster detected: {otherwise}.")
+        else:
+            logger.info(f"A local cluster detected: it reaches the webhooks at {host}.")
+        return host
+
+
+class WebhookAutoServer(_ClusterDetecting, WebhookServer):
     """A :class:`WebhookServer` advertised under the host name of the detected local cluster.
 
     K3d/K3s, Minikube and Docker Desktop are recognised (see
     ``trioperator._kits.cluster_detection``) when the server starts; for any other cluster it
     is a plain local server. It never tunnels: see :class:`WebhookAutoTunnel` for that.
     """
-
-    @staticmethod
-    async def guess_host() -> str | None:
-        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
-        return await detect_cluster_host()
 
     async def serve(
         self,
@@ -549,11 +562,8 @@ class WebhookAutoServer(WebhookServer):
         configs: trio.MemorySendChannel[WebhookClientConfig],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        detected = await self.guess_host()
-        if detected is None:
-            logger.info("No known local cluster detected: serving webhooks as a local server.")
-        else:
-            logger.info(f"A local cluster detected: it reaches the webhooks at {detected}.")
+        detected = await self._detect_host(otherwise="serving webhooks as a local server")
+        if detected is not None:
             self._default_host = detected
         await super().serve(fn, configs=configs, task_status=task_status)
 
@@ -656,7 +666,7 @@ _TUNNEL_CLOSING_TIMEOUT = 5.0
 """Seconds to close an ngrok tunnel when the operator stops (it is a call to the local agent)."""
 
 
-class WebhookAutoTunnel:
+class WebhookAutoTunnel(_ClusterDetecting):
     """A :class:`WebhookServer` for a detected local cluster, else a :class:`WebhookNgrokTunnel`.
 
     Detection is that of :class:`WebhookAutoServer`. Only ``addr``, ``port`` and ``path`` are
@@ -678,11 +688,6 @@ class WebhookAutoTunnel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
-    @staticmethod
-    async def guess_host() -> str | None:
-        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
-        return await detect_cluster_host()
-
     async def serve(
         self,
         fn: WebhookFn,
@@ -691,11 +696,9 @@ class WebhookAutoTunnel:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         server: WebhookServer | WebhookNgrokTunnel
-        host = await self.guess_host()
+        host = await self._detect_host(otherwise="tunnelling webhooks through ngrok")
         if host is None:
-            logger.info("No known local cluster detected: tunnelling webhooks through ngrok.")
             server = WebhookNgrokTunnel(addr=self.addr, port=self.port, path=self.path)
         else:
-            logger.info(f"A local cluster detected: it reaches the webhooks at {host}.")
             server = WebhookServer(addr=self.addr, port=self.port, path=self.path, host=host)
         await server.serve(fn, configs=configs, task_status=task_status)
