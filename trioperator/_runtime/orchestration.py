@@ -54,7 +54,7 @@ from trioperator._client.errors import (
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import Resource
+from trioperator._client.resources import ALL_VERBS, Resource
 from trioperator._client.watching import (
     RawWatchEvent,
     WatchHealth,
@@ -97,7 +97,7 @@ NAMESPACES: Final = Resource(
     singular="namespace",
     shortcuts=frozenset({"ns"}),
     namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+    verbs=ALL_VERBS,
 )
 
 CRDS: Final = Resource(
@@ -108,7 +108,7 @@ CRDS: Final = Resource(
     singular="customresourcedefinition",
     shortcuts=frozenset({"crd", "crds"}),
     namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+    verbs=ALL_VERBS,
 )
 
 RESCAN_DELAY: Final = 0.5
