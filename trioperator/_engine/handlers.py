@@ -361,9 +361,11 @@ def check_filters(
     old: ValueFilter = None,
     new: ValueFilter = None,
     stacklevel: int = 1,
-) -> tuple[MetaFilter | None, MetaFilter | None, FieldPath | None]:
-    """Validate the object filters; return frozen copies of labels/annotations and the field path.
+) -> dict[str, Any]:
+    """Validate the object filters; return a handler's filter fields, checked.
 
+    That is ``labels``, ``annotations`` (frozen copies), ``when``, ``field`` (a parsed path) and
+    ``value``; ``old``/``new`` only exist on changing handlers and are left to their builders.
     ``value=`` needs ``field=``, and is exclusive with ``old=``/``new=``, which need it too.
     ``stacklevel`` locates deprecation warnings: 1 is the caller of this function.
     """
@@ -377,7 +379,13 @@ def check_filters(
         raise TypeError(f"{'=/'.join(names)}= filter(s) need a field= to check.")
     if value is not None and (old is not None or new is not None):
         raise TypeError("Use either value= or old=/new= filters, not both.")
-    return real_labels, real_annotations, real_field
+    return {
+        "labels": real_labels,
+        "annotations": real_annotations,
+        "when": when,
+        "field": real_field,
+        "value": value,
+    }
 
 
 def check_operations(
@@ -449,7 +457,7 @@ def build_subhandler(
     if not callable(fn):
         raise TypeError(f"A handler must be callable, got {fn!r}.")
     check_common_options(id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff)
-    real_labels, real_annotations, real_field = check_filters(
+    filters = check_filters(
         labels=labels,
         annotations=annotations,
         when=when,
@@ -474,11 +482,7 @@ def build_subhandler(
         retries=retries,
         backoff=backoff,
         selector=None,
-        labels=real_labels,
-        annotations=real_annotations,
-        when=when,
-        field=real_field,
-        value=value,
+        **filters,
         old=old,
         new=new,
         reason=None,
