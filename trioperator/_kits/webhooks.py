@@ -140,7 +140,25 @@ def normalise_hostnames(names: Iterable[str | None]) -> list[str]:
     return leading + [name for name in ordered if name not in leading]
 
 
-class WebhookServer:
+class _LocalEndpoint:
+    """Where a local server listens (``addr``, ``port``) and the root ``path`` it serves."""
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
+
+
+class WebhookServer(_LocalEndpoint):
     """An HTTPS (or HTTP) endpoint on this machine for the API server's admission reviews.
 
     * ``addr``, ``port``: where to listen (default: every interface, a free port chosen at
@@ -200,9 +218,7 @@ class WebhookServer:
             raise ValueError(
                 f"file_check_interval must be positive, not {file_check_interval!r} seconds."
             )
-        self.addr = addr
-        self.port = port
-        self.path = path
+        super().__init__(addr=addr, port=port, path=path)
         self.host = host
         self.cadata = cadata
         self.cafile = cafile
@@ -222,9 +238,6 @@ class WebhookServer:
         self._default_host: str | None = self.DEFAULT_HOST
         # The local server's configs while a Kopf-style subclass's __call__ relays them.
         self._local_configs: AsyncIterator[WebhookClientConfig] | None = None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
     @property
     def public_host(self) -> str:
@@ -568,7 +581,7 @@ class WebhookAutoServer(_ClusterDetecting, WebhookServer):
         await super().serve(fn, configs=configs, task_status=task_status)
 
 
-class WebhookNgrokTunnel:
+class WebhookNgrokTunnel(_LocalEndpoint):
     """Admission reviews through an ngrok_ tunnel to a local plain-HTTP :class:`WebhookServer`.
 
     .. _ngrok: https://ngrok.com/
@@ -591,15 +604,10 @@ class WebhookNgrokTunnel:
         region: str | None = None,
         binary: StrPath | None = None,
     ) -> None:
-        self.addr = addr
-        self.port = port
-        self.path = path
+        super().__init__(addr=addr, port=port, path=path)
         self.token = token
         self.region = region
         self.binary = binary
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
     async def serve(
         self,
@@ -666,27 +674,13 @@ _TUNNEL_CLOSING_TIMEOUT = 5.0
 """Seconds to close an ngrok tunnel when the operator stops (it is a call to the local agent)."""
 
 
-class WebhookAutoTunnel(_ClusterDetecting):
+class WebhookAutoTunnel(_ClusterDetecting, _LocalEndpoint):
     """A :class:`WebhookServer` for a detected local cluster, else a :class:`WebhookNgrokTunnel`.
 
     Detection is that of :class:`WebhookAutoServer`. Only ``addr``, ``port`` and ``path`` are
     configurable, as they are common to both. Mind that a cluster that is not recognised (or a
     failed detection) means a public ngrok URL.
     """
-
-    def __init__(
-        self,
-        *,
-        addr: str | None = None,
-        port: int | None = None,
-        path: str | None = None,
-    ) -> None:
-        self.addr = addr
-        self.port = port
-        self.path = path
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
     async def serve(
         self,
