@@ -46,7 +46,7 @@ import pathlib
 import ssl
 from collections.abc import AsyncIterator, Collection, Iterable
 from functools import partial
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import trio
@@ -65,6 +65,7 @@ from trioperator._kits.cluster_detection import (
 from trioperator._kits.errors import MissingDependencyError
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
+    StrPath,
     build_url,
     serve_relayed,
     serve_translated,
@@ -87,8 +88,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trioperator.webhooks")
-
-StrPath: TypeAlias = str | os.PathLike[str]
 
 
 def accessible_addr(addr: str | None) -> str:
