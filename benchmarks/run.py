@@ -2070,6 +2070,20 @@ async def _signals_to_interrupt() -> None:
             raise Interrupted(signal.Signals(signum).name)
 
 
+KEPT_MARKER = "<!-- kept: the sections below are not made by run.py; it keeps them -->"
+
+
+def kept_sections(path: Path) -> str:
+    """What follows KEPT_MARKER in an existing RESULTS.md (figures of other scripts, e.g.
+    bench_storms.py), to be kept when the tables above it are written again."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    _, marker, rest = text.partition(KEPT_MARKER)
+    return f"\n{marker}{rest}" if marker else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Ctrl-C must reach us even if started with SIGINT ignored (e.g. `cmd &` in a script).
@@ -2169,7 +2183,7 @@ def main(argv: list[str] | None = None) -> int:
     out = work_dir if interrupted or "error" in results else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    (out / "RESULTS.md").write_text(markdown)
+    (out / "RESULTS.md").write_text(markdown + kept_sections(out / "RESULTS.md"))
     print(markdown)
     log(
         f"wrote {out / 'RESULTS.md'} and {out / 'results.json'} "
