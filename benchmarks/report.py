@@ -788,10 +788,10 @@ def _goals(results: dict[str, Any]) -> list[str]:
         "the limit. CPU per object is the operator's CPU (utime+stime) per handled object; the "
         "API calls per object may exceed Kopf's by 0.01 at most (a watch reconnection of a busy "
         "run). Start-up: from the process start to the first object seen handled, over every "
-        "burst and open-loop run. At rest: the 60 s window with all daemons running and the "
-        'timers firing. "Well below" (#5) is taken as at most 0.6x. The raw-client ceiling '
-        "(details) is context, not a goal: the API server and the load generator share the "
-        "2 cores with the operator, so no operator reaches it here.",
+        "burst and open-loop run. At rest: the window (--background-window) with all daemons "
+        'running and the timers firing. "Well below" (#5) is taken as at most 0.6x. The raw-client '
+        "ceiling (details) is context, not a goal: the API server and the load generator share "
+        "the 2 cores with the operator, so no operator reaches it here.",
         "",
     ]
 
