@@ -45,7 +45,7 @@ import os
 import secrets
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 import trio
 
@@ -64,6 +64,8 @@ from trioperator._client.watching import (
     WatchItem,
     stream_events,
 )
+from trioperator._engine.bodies import RawEvent
+from trioperator._engine.indexing import Indexers
 from trioperator._engine.settings import OperatorSettings, ShardingSettings
 from trioperator._engine.sharding import (
     DRAINED_ANNOTATION,
@@ -79,11 +81,10 @@ from trioperator._engine.sharding import (
     ring_key,
 )
 from trioperator._engine.stoppers import DaemonStoppingReason
-
-if TYPE_CHECKING:
-    from trioperator._engine.bodies import RawEvent
-    from trioperator._runtime.contexts import ResourceContext
-    from trioperator._runtime.memories import ObjectMemory
+from trioperator._runtime.daemon_keeper import DaemonsKeeper
+from trioperator._runtime.gates import OperatorPause
+from trioperator._runtime.mailboxes import Mailbox
+from trioperator._runtime.memories import Memories, ObjectMemory
 
 __all__ = ["LEASES", "Shard", "ShardShare", "run_sharding", "shard_namespace"]
 
@@ -128,10 +129,14 @@ class _Seen:
 
 @dataclasses.dataclass(eq=False)
 class ShardShare:
-    """What one watcher serves of the ring: its admitted objects' keys -> their ring keys."""
+    """What one watcher serves of the ring: its admitted objects' keys -> their ring keys, and
+    the watcher's parts that a drain stops (given explicitly: the contexts hold the shard)."""
 
     shard: Shard
-    ctx: ResourceContext
+    streams: dict[str, Mailbox]
+    memories: Memories
+    indexers: Indexers
+    daemons: Callable[[], DaemonsKeeper | None]
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
     draining: dict[str, ObjectMemory | None] = dataclasses.field(default_factory=dict)
     """Objects being drained, with their memory as it was when the drain began: a relisting
@@ -221,8 +226,16 @@ class Shard:
         self._reassigned.set()
         self._reassigned = trio.Event()
 
-    def join(self, ctx: ResourceContext) -> ShardShare:
-        share = ShardShare(self, ctx)
+    def join(
+        self,
+        *,
+        streams: dict[str, Mailbox],
+        memories: Memories,
+        indexers: Indexers,
+        daemons: Callable[[], DaemonsKeeper | None],
+    ) -> ShardShare:
+        """A watcher's share: its parts, for the drains."""
+        share = ShardShare(self, streams, memories, indexers, daemons)
         self._shares.append(share)
         return share
 
@@ -248,21 +261,21 @@ class Shard:
             return True  # nothing admitted since can be unowned: the filter is the same
         drained = True
         for share in list(self._shares):
-            ctx = share.ctx
             for key, rkey in list(share.keys.items()):
                 if key not in share.draining and self.owns(rkey):
                     continue
                 if key not in share.draining:
-                    share.draining[key] = ctx.memories.get(key)
+                    share.draining[key] = share.memories.get(key)
                 busy = False
-                mailbox = ctx.streams.get(key)
+                mailbox = share.streams.get(key)
                 if mailbox is not None:
                     mailbox.discard()  # its worker ends after the cycle in progress
                     busy = True
                 memory = share.draining[key]
+                keeper = share.daemons()
                 if memory is not None and memory.daemons.running:
-                    if ctx.daemons is not None:
-                        ctx.daemons.stop_all(
+                    if keeper is not None:
+                        keeper.stop_all(
                             memory.daemons.running.values(),
                             DaemonStoppingReason.OPERATOR_PAUSING,
                         )
@@ -272,9 +285,9 @@ class Shard:
                     continue
                 del share.keys[key]
                 del share.draining[key]
-                if ctx.memories.get(key) is memory:
-                    ctx.memories.forget(key)
-                ctx.operator.indexers.discard_all(key)
+                if share.memories.get(key) is memory:
+                    share.memories.forget(key)
+                share.indexers.discard_all(key)
         if drained:
             self._drained_for = signature
         return drained
@@ -627,12 +640,12 @@ async def run_sharding(
             await shard.release()
 
 
-async def wait_paused_or_reassigned(ctx: ResourceContext, generation: int) -> None:
+async def wait_paused_or_reassigned(
+    pause: OperatorPause, shard: Shard | None, generation: int
+) -> None:
     """Return when the operator pauses (peering), or when the watcher must list again because
     its shard's share may have grown since ``generation`` (``Shard.generation`` read before
     the listing began)."""
-    shard = ctx.operator.shard
-    pause = ctx.operator.pause
     if shard is None:
         await pause.wait_for(True)
         return
