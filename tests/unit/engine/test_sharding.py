@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime
-import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import trioperator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from trioperator._engine.sharding import (
@@ -21,6 +22,7 @@ from trioperator._engine.sharding import (
     ring_key,
 )
 
+PACKAGE_ROOT = str(Path(trioperator.__file__).resolve().parents[1])
 KEYS = [f"uid-{index:05d}" for index in range(4000)]
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 
@@ -84,7 +86,8 @@ def test_the_ring_is_the_same_in_another_process() -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={"PYTHONHASHSEED": "12345", "PYTHONPATH": os.pathsep.join(sys.path)},
+        env={"PYTHONHASHSEED": "12345", "PYTHONPATH": PACKAGE_ROOT},
+        cwd=PACKAGE_ROOT,
     ).stdout.strip()
     ring = Ring(["a", "b", "c"])
     assert out == ",".join(str(ring.owner(f"uid-{i}")) for i in range(50))
