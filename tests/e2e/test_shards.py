@@ -134,7 +134,7 @@ def test_three_replicas_handle_each_object_once_and_take_over_a_killed_ones(
     for process in processes.values():
         _wait_members(process, 3)
 
-    first = _create(kubectl, namespace, "first", 300)
+    first = _create(kubectl, namespace, "first", 500)
     results = _wait_all_done(kubectl, namespace, first, timeout=120)
     runs = _runs(processes)
     for name in first:
@@ -144,7 +144,7 @@ def test_three_replicas_handle_each_object_once_and_take_over_a_killed_ones(
     assert set(by_replica) == {"r1", "r2", "r3"}, by_replica
 
     # A second burst; r3 is killed while it is handling its share.
-    second = _create(kubectl, namespace, "second", 300)
+    second = _create(kubectl, namespace, "second", 500)
     processes["r3"].wait_for(r"HANDLED second-\S+ BY r3", count=10, timeout=60)
     processes["r3"].process.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()

@@ -44,8 +44,7 @@ import math
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from functools import partial
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import trio
 
@@ -57,13 +56,7 @@ from trioperator._client.errors import (
     APINotFoundError,
 )
 from trioperator._client.resources import Resource
-from trioperator._client.watching import (
-    LISTED,
-    RawWatchEvent,
-    WatchingError,
-    WatchItem,
-    stream_events,
-)
+from trioperator._client.watching import RawWatchEvent, WatchingError
 from trioperator._engine.bodies import RawEvent
 from trioperator._engine.indexing import Indexers
 from trioperator._engine.settings import OperatorSettings, ShardingSettings
@@ -85,6 +78,7 @@ from trioperator._runtime.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.gates import OperatorPause
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import Memories, ObjectMemory
+from trioperator._runtime.observing import observe_resource
 
 __all__ = ["LEASES", "Shard", "ShardShare", "run_sharding", "shard_namespace"]
 
@@ -513,32 +507,22 @@ class Shard:
             await trio.sleep(OBSERVER_RETRY_DELAY)
 
     async def _observe(self) -> None:
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                partial(
-                    stream_events,
-                    self._api,
-                    LEASES,
-                    self.namespace,
-                    settings=self._settings.watching,
-                    send=send,
-                    logger=logger,
-                ),
-                name=f"shard leases in {self.namespace}",
-            )
-            listing: list[Mapping[str, Any]] = []
-            async with receive:
-                async for item in receive:
-                    if item is LISTED:
-                        self.relisted(listing)
-                        listing = []
-                        continue
-                    event = cast(RawWatchEvent, item)
-                    if event["type"] is None:
-                        listing.append(event["object"])
-                    else:
-                        self.observe(event["object"], deleted=event["type"] == "DELETED")
+        async def on_listing(leases: list[Mapping[str, Any]]) -> None:
+            self.relisted(leases)
+
+        async def on_event(event: RawWatchEvent) -> None:
+            self.observe(event["object"], deleted=event["type"] == "DELETED")
+
+        await observe_resource(
+            self._api,
+            LEASES,
+            self.namespace,
+            settings=self._settings.watching,
+            keep=lambda event: event["object"],
+            on_listing=on_listing,
+            on_event=on_event,
+            logger=logger,
+        )
 
     # ------------------------------------------------------------------ the controller
 
