@@ -339,3 +339,58 @@ async def test_a_member_that_leaves_before_the_ring_settled_loses_no_object(
     await trio.sleep(60)
     assert _handled(runs) == Counter({name: 1 for name in early + names})
     _assert_no_overlap(runs)
+
+
+async def test_a_lease_held_by_another_holder_is_taken_over_only_once_it_is_silent(
+    autojump_clock: Any, start: Any, runs: list[Run], fake_api: FakeAPI, logs: Any
+) -> None:
+    """Two processes with one identity (a misconfiguration, or a pod's previous container
+    whose holder differs): the newcomer waits until the other stops renewing."""
+    name = lease_name("default", "alpha")
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": name, "namespace": "default", "labels": {RING_LABEL: "default"}},
+        "spec": {"holderIdentity": "alpha-elsewhere", "leaseDurationSeconds": 15},
+    }
+    fake_api.create_object("leases", lease)
+    async with trio.open_nursery() as nursery:
+        started = trio.Event()
+
+        async def starting() -> None:
+            await start("alpha")
+            started.set()
+
+        nursery.start_soon(starting)
+        for tick in range(10):  # the other holder renews for 30 s
+            fake_api.patch_object(
+                "leases",
+                name,
+                {"spec": {"renewTime": f"2024-01-01T00:00:{tick:02d}.000000Z"}},
+                "default",
+            )
+            silent_at = trio.current_time()
+            await trio.sleep(3)
+        assert not started.is_set()
+        assert logs.count("is held by 'alpha-elsewhere': waiting") == 1
+        await started.wait()
+        assert 15 + 5 <= trio.current_time() - silent_at <= 15 + 5 + 3 + 1
+    assert fake_api.get_object("leases", name, "default")["spec"]["holderIdentity"] == "alpha"
+    names = _create(fake_api, 3)
+    await _until(lambda: set(_handled(runs)) == set(names))
+
+
+async def test_a_member_whose_lease_is_deleted_fences_itself_and_rejoins(
+    autojump_clock: Any, start: Any, runs: list[Run], fake_api: FakeAPI, logs: Any
+) -> None:
+    alpha, beta = await start("alpha"), await start("beta")
+    fake_api.delete_object("leases", beta.lease, "default")
+    await _until(lambda: logs.count("Fenced (our Lease was deleted)") == 1)
+    await _until(lambda: fake_api.has_object("leases", beta.lease, "default"))
+    await _until(lambda: logs.count("among 2 member(s)") >= 4)  # both, before and after
+    names = _create(fake_api, 30)
+    await _until(lambda: set(_handled(runs)) == set(names))
+    await trio.sleep(30)
+    assert _handled(runs) == Counter({name: 1 for name in names})
+    assert {run.replica for run in runs} == {"alpha", "beta"}
+    assert not alpha.operator.context.shard.fenced  # type: ignore[union-attr]
