@@ -16,8 +16,10 @@ whole operator (:class:`QueueStats`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import deque
+from collections.abc import Iterator
 
 import trio
 
@@ -58,7 +60,16 @@ class QueueStats:
 class Backlog:
     """The bodies queued in the mailboxes of one watcher, and the wait for room among them."""
 
-    __slots__ = ("_room", "_stalled", "_stalled_since", "_stalling", "_stats", "held", "peak")
+    __slots__ = (
+        "_room",
+        "_stall_watchers",
+        "_stalled",
+        "_stalled_since",
+        "_stalling",
+        "_stats",
+        "held",
+        "peak",
+    )
 
     def __init__(self, stats: QueueStats | None = None) -> None:
         self._stats = stats if stats is not None else QueueStats()
@@ -66,6 +77,7 @@ class Backlog:
         self._stalled = 0.0
         self._stalled_since: float | None = None
         self._stalling = trio.Event()
+        self._stall_watchers: set[Mailbox] = set()
         self.held = 0
         self.peak = 0
 
@@ -78,6 +90,16 @@ class Backlog:
     def stalling(self) -> trio.Event:
         """Set when the router begins to wait for room (a new one for every wait)."""
         return self._stalling
+
+    @contextlib.contextmanager
+    def waking_on_stall(self, mailbox: Mailbox) -> Iterator[None]:
+        """While inside, a stall (the router beginning to wait for room) wakes ``mailbox``'s
+        waiting worker up, as :attr:`stalling` would, without a task to wait for that event."""
+        self._stall_watchers.add(mailbox)
+        try:
+            yield
+        finally:
+            self._stall_watchers.discard(mailbox)
 
     def stalled_time(self) -> float:
         """The total time the router has waited for room so far, the ongoing wait included."""
@@ -112,6 +134,8 @@ class Backlog:
         self._stalled_since = trio.current_time()
         self._stalling.set()
         self._stalling = trio.Event()
+        for mailbox in self._stall_watchers:
+            mailbox.wake()
         try:
             while self.held >= limit:
                 self._room = trio.Event()
@@ -128,7 +152,7 @@ class Mailbox:
     newest event; ``keep_all=True`` keeps every one, in order (for ``on.event`` handlers).
     """
 
-    __slots__ = ("_arrived", "_backlog", "_closed", "_events", "_keep_all", "_versions")
+    __slots__ = ("_arrived", "_backlog", "_closed", "_events", "_keep_all", "_versions", "_woken")
 
     def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
         self._backlog = backlog
@@ -136,6 +160,7 @@ class Mailbox:
         self._events: deque[RawEvent] = deque()
         self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
         self._closed = False
+        self._woken = False
         self._arrived = trio.Event()
 
     def __len__(self) -> int:
@@ -175,11 +200,22 @@ class Mailbox:
         return not self._closed
 
     async def wait(self, into: list[RawEvent]) -> bool:
-        """Wait for at least one event (moved into ``into``) or the closing; as :meth:`drain`."""
-        while not self._events and not self._closed:
-            self._arrived = trio.Event()
-            await self._arrived.wait()
+        """Wait for at least one event (moved into ``into``) or the closing; as :meth:`drain`.
+
+        A :meth:`wake` during the wait ends it too, possibly with nothing received.
+        """
+        try:
+            while not self._events and not self._closed and not self._woken:
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+        finally:
+            self._woken = False
         return self.drain(into)
+
+    def wake(self) -> None:
+        """End the worker's current :meth:`wait` (if any) even without an event."""
+        self._woken = True
+        self._arrived.set()
 
     def has_seen(self, version: str) -> bool:
         """Whether an event of this resource version has come (recently; see VERSIONS_KEPT)."""

@@ -242,7 +242,8 @@ async def _serve_busy(
                     slot.release()
                     open_ = await _wait(ctx, mailbox, pending, remaining)
                 else:
-                    open_ = await _wait(ctx, mailbox, pending, remaining, ctx.backlog.stalling)
+                    with ctx.backlog.waking_on_stall(mailbox):
+                        open_ = await _wait(ctx, mailbox, pending, remaining)
                 await slot.acquire()
                 continue  # with the events that came, or to see if the deadline has moved
             objlogger.debug(
