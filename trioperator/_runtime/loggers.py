@@ -70,7 +70,8 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         logger = self.logger
         if not logger.isEnabledFor(level):
             return
-        msg, kwargs = self.process(msg, kwargs)
+        msg, processed = self.process(msg, kwargs)
+        kwargs = dict(processed)
         extra = kwargs.pop("extra", None)
         if kwargs or not isinstance(level, int):
             # exc_info=..., stack_info=..., stacklevel=...: one frame more (ours) to skip.
