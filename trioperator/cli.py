@@ -51,7 +51,7 @@ from trioperator._runtime.freezing import PeeringCommandError, Touched, touch_pe
 from trioperator._runtime.loading import OperatorCodeError, load_operator_code
 from trioperator._runtime.logsetup import CHATTY_LOGGERS, configure
 from trioperator._runtime.operator import Operator, check_endpoints
-from trioperator._runtime.probing import parse_endpoint
+from trioperator._util.endpoints import parse_endpoint
 from trioperator._version import __version__
 
 app = App(

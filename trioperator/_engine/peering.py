@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from trioperator._client.resources import Resource
 from trioperator._engine.settings import PeeringSettings
+from trioperator._util import clock
 
 __all__ = [
     "CLUSTER_PEERING_PLURAL",
@@ -210,7 +211,7 @@ def detect_own_id(*, manual: bool = False) -> str:
     host = descriptive_hostname()
     if manual:
         return f"{user}@{host}"
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    now = clock.now().strftime("%Y%m%d%H%M%S")
     suffix = "".join(random.choices("abcdefhijklmnopqrstuvwxyz0123456789", k=3))
     return f"{user}@{host}/{now}/{suffix}"
 

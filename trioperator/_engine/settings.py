@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trioperator._client.settings import NetworkingSettings, WatchingSettings
+from trioperator._engine.diffbase import DiffBaseStorage
 from trioperator._engine.flavors import FlavorSetting, check_flavor_setting
-
-if TYPE_CHECKING:
-    from trioperator._engine.diffbase import DiffBaseStorage
-    from trioperator._engine.progress import ProgressStorage
+from trioperator._engine.progress import ProgressStorage
 
 __all__ = [
     "AdmissionSettings",

@@ -62,6 +62,7 @@ from trioperator._kits.cluster_detection import (
     MINIKUBE_HOST,
     detect_cluster_host,
 )
+from trioperator._kits.errors import MissingDependencyError
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
     build_url,
@@ -71,7 +72,6 @@ from trioperator._runtime.webhook_serving import (
 )
 
 __all__ = [
-    "MissingDependencyError",
     "WebhookAutoServer",
     "WebhookAutoTunnel",
     "WebhookDockerDesktopServer",
@@ -88,10 +88,6 @@ __all__ = [
 logger = logging.getLogger("trioperator.webhooks")
 
 StrPath: TypeAlias = str | os.PathLike[str]
-
-
-class MissingDependencyError(ImportError):
-    """A server or tunnel needs an optional dependency that is not installed."""
 
 
 def accessible_addr(addr: str | None) -> str:

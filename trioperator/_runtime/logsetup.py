@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any
 
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
+from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
 
 DEFAULT_JSON_REFKEY = "object"
 
@@ -158,15 +158,7 @@ class JsonFormatter(_SecondsCache):
 
 def _severity(levelno: int) -> str:
     # Kopf's names, which log collectors (e.g. Stackdriver) understand.
-    if levelno <= logging.DEBUG:
-        return "debug"
-    if levelno <= logging.INFO:
-        return "info"
-    if levelno <= logging.WARNING:
-        return "warn"
-    if levelno <= logging.ERROR:
-        return "error"
-    return "fatal"
+    return level_word(levelno, ("debug", "info", "warn", "error", "fatal"))
 
 
 def _message(record: logging.LogRecord, prefix: bool) -> str:
