@@ -221,7 +221,7 @@ def run(
     return 0
 
 
-GC_THRESHOLDS = (10_000, 10, 10)
+GC_THRESHOLDS = (10_000, 50, 10)
 """The collector's thresholds while an operator runs (Python's default: 700, 10, 10)."""
 
 
