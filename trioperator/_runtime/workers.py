@@ -12,7 +12,7 @@ it on demand.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import trio
@@ -187,6 +187,7 @@ async def _serve_busy(
             expected = memory.expected_version
             if expected is not None and mailbox.has_seen(expected):
                 memory.expected_version = None
+                memory.superseded_versions = ()
             latest = pending[-1]
             events = list(pending)
             pending.clear()
@@ -227,7 +228,7 @@ async def _serve_busy(
                     latest = latest if retry else None
                     continue
                 carried = Patch()
-                _expect(ctx, memory, outcome.resource_version)
+                _expect(ctx, memory, outcome.resource_version, outcome.earlier_versions)
                 continue
             if remaining > 0:
                 if not open_:
@@ -241,11 +242,25 @@ async def _serve_busy(
                         open_ = await _wait(ctx, mailbox, pending, remaining)
                 await slot.acquire()
                 continue  # with the events that came, or to see if the deadline has moved
+            if _version(latest) in memory.superseded_versions:
+                # The newest state is our own write of the status, before the body's: taking it
+                # for consistent would run the handlers again on a state without their marks.
+                # The stream brings the newer one after it, however late (or a relisting).
+                if not open_:
+                    return  # stopping: the next run of the operator sees the newest state
+                objlogger.debug(
+                    f"Version {memory.expected_version!r} has not arrived within "
+                    f"{settings.persistence.consistency_timeout} seconds, but an earlier write "
+                    "of ours has: waiting on."
+                )
+                _expect(ctx, memory, memory.expected_version, memory.superseded_versions)
+                continue
             objlogger.debug(
                 f"Consistency is assumed: version {memory.expected_version!r} has not arrived "
                 f"within {settings.persistence.consistency_timeout} seconds."
             )
             memory.expected_version = None
+            memory.superseded_versions = ()
 
         try:
             outcome = await process_changes(ctx, latest, memory, objlogger, carried)
@@ -267,7 +282,7 @@ async def _serve_busy(
             if deleted:
                 return  # really deleted: no more events can come for this uid
             continue
-        _expect(ctx, memory, outcome.resource_version)
+        _expect(ctx, memory, outcome.resource_version, outcome.earlier_versions)
         if outcome.delay is None:
             continue
         delay = min(max(outcome.delay, 0.0), WAITING_KEEPALIVE_INTERVAL)
@@ -314,11 +329,23 @@ async def _serve_busy(
         _expect(ctx, memory, version)
 
 
-def _expect(ctx: ResourceContext, memory: ObjectMemory, version: str | None) -> None:
+def _version(event: RawEvent) -> str | None:
+    metadata = event["object"].get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def _expect(
+    ctx: ResourceContext,
+    memory: ObjectMemory,
+    version: str | None,
+    earlier: Sequence[str] = (),
+) -> None:
     """Remember the version of our own patch, to wait for it before the next change handling."""
     timeout = ctx.settings.persistence.consistency_timeout
     if version is not None and timeout > 0:
         memory.expected_version = version
+        memory.superseded_versions = tuple(earlier)
         memory.consistency_deadline = trio.current_time() + timeout
         memory.consistency_stalls = ctx.backlog.stalled_time()
 
