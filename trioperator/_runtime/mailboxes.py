@@ -152,7 +152,16 @@ class Mailbox:
     newest event; ``keep_all=True`` keeps every one, in order (for ``on.event`` handlers).
     """
 
-    __slots__ = ("_arrived", "_backlog", "_closed", "_events", "_keep_all", "_versions", "_woken")
+    __slots__ = (
+        "_arrived",
+        "_awaited",
+        "_backlog",
+        "_closed",
+        "_events",
+        "_keep_all",
+        "_versions",
+        "_woken",
+    )
 
     def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
         self._backlog = backlog
@@ -161,6 +170,7 @@ class Mailbox:
         self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
         self._closed = False
         self._woken = False
+        self._awaited: str | None = None
         self._arrived = trio.Event()
 
     def __len__(self) -> int:
@@ -188,7 +198,21 @@ class Mailbox:
         else:
             self._events.append(event)
             self._backlog.add()
-        self._arrived.set()
+        awaited = self._awaited
+        if awaited is None or version == awaited or not isinstance(version, str):
+            self._arrived.set()
+        elif event["type"] not in ("MODIFIED", "ADDED"):
+            self._arrived.set()  # a deletion, a listing: the worker sees it at once
+
+    def await_version(self, version: str | None) -> None:
+        """Wake the waiting worker only for this version (or a deletion, or a listing).
+
+        For a worker that waits for its own patch and has nothing to do with the states in
+        between (no ``on.event`` handlers, no daemons): each of them would wake it up only to
+        wait again. They are still queued (the newest one) and remembered (:meth:`has_seen`).
+        ``None``: every event wakes it up (the default).
+        """
+        self._awaited = version
 
     def drain(self, into: list[RawEvent]) -> bool:
         """Move everything queued into ``into``; return False once closed (nothing more comes)."""

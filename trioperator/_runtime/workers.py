@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from functools import partial
 
 import trio
@@ -40,15 +41,21 @@ async def _wait(
     into: list[RawEvent],
     seconds: float,
     wake: trio.Event | None = None,
+    awaited: str | None = None,
 ) -> bool:
     """Wait up to ``seconds`` for events (into ``into``); return False if the mailbox closed.
 
     ``wake`` (if given) ends the wait early too, with nothing received: the caller checks it.
-    A waiting worker is not busy (for the metrics).
+    ``awaited`` (if given): only that version wakes the worker up, or a deletion, a listing, a
+    stall (see ``Mailbox.await_version``). A waiting worker is not busy (for the metrics).
     """
     ctx.workers_busy -= 1
+    mailbox.await_version(awaited)
+    # Not woken up by the states in between, the worker must be by a stall: its queued event
+    # counts in the backlog, and the router may be waiting for exactly that room.
+    stalls = ctx.backlog.waking_on_stall(mailbox) if awaited is not None else nullcontext()
     try:
-        with trio.move_on_after(max(seconds, 0)):
+        with stalls, trio.move_on_after(max(seconds, 0)):
             if wake is None:
                 return await mailbox.wait(into)
             first = await first_of(partial(mailbox.wait, into), wake.wait)
@@ -56,6 +63,7 @@ async def _wait(
             return bool(first.value) if first.index == 0 else True
         return True  # the time is up: nothing received, still open
     finally:
+        mailbox.await_version(None)
         ctx.workers_busy += 1
 
 
@@ -165,7 +173,9 @@ async def _serve_busy(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
-            open_ = await _wait(ctx, mailbox, pending, settings.queueing.idle_timeout, wake)
+            open_ = await _wait(
+                ctx, mailbox, pending, settings.queueing.idle_timeout, wake, _awaited(ctx, memory)
+            )
             if not pending:
                 open_ = mailbox.drain(pending) and open_
                 if not pending and wake is not None and wake.is_set() and open_:
@@ -234,12 +244,13 @@ async def _serve_busy(
                 if not open_:
                     return  # stopping: our version will never come; the next run handles it
                 # Woken up when the stream is held back meanwhile, to give the slot back.
+                awaited = _awaited(ctx, memory)
                 if ctx.backlog.stalled:
                     slot.release()
-                    open_ = await _wait(ctx, mailbox, pending, remaining)
+                    open_ = await _wait(ctx, mailbox, pending, remaining, awaited=awaited)
                 else:
                     with ctx.backlog.waking_on_stall(mailbox):
-                        open_ = await _wait(ctx, mailbox, pending, remaining)
+                        open_ = await _wait(ctx, mailbox, pending, remaining, awaited=awaited)
                 await slot.acquire()
                 continue  # with the events that came, or to see if the deadline has moved
             if _version(latest) in memory.superseded_versions:
@@ -327,6 +338,20 @@ async def _serve_busy(
                 latest = {"type": "MODIFIED", "object": body}  # run the delayed handlers
             continue
         _expect(ctx, memory, version)
+
+
+def _awaited(ctx: ResourceContext, memory: ObjectMemory) -> str | None:
+    """The version to be woken up for only (see ``Mailbox.await_version``), if any.
+
+    Only with nothing to do for the states in between: event handlers see every event, and
+    daemons follow the newest state, as it comes.
+    """
+    if memory.expected_version is None:
+        return None
+    registry = ctx.registry
+    if registry.has_watching_handlers(ctx.resource) or registry.has_spawning_handlers(ctx.resource):
+        return None
+    return memory.expected_version
 
 
 def _version(event: RawEvent) -> str | None:
