@@ -325,7 +325,8 @@ class HTTPSession:
         self._enter(what)
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                async with self._slots:
+                await _acquire(self._slots)
+                try:
                     status, response_headers, body = await self._pools_for(what)[0].request(
                         method,
                         target,
@@ -335,6 +336,8 @@ class HTTPSession:
                         connect_timeout=connect_timeout,
                     )
                     return HTTPResponse(status, response_headers, body)
+                finally:
+                    self._slots.release()
             assert scope.cancelled_caught
             raise APITimeoutError(f"{what}: no complete response in {timeout} seconds")
         finally:
@@ -435,3 +438,18 @@ class SessionPool:
         self._retired_sessions.clear()
         for session in sessions:
             await session.aclose()
+
+
+async def _acquire(slots: trio.Semaphore) -> None:
+    """Take a slot; when one is free, without the extra trip through the scheduler.
+
+    ``Semaphore.acquire`` always yields to the other tasks, even with slots free: two task
+    switches per request for nothing, as the request itself waits for the network at once.
+    A free slot means nobody is queued for one (a released slot goes to a waiter first), so
+    taking it at once is as fair as waiting in line.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled caller sends nothing
+    try:
+        slots.acquire_nowait()
+    except trio.WouldBlock:
+        await slots.acquire()
