@@ -46,7 +46,7 @@ from trioperator._client.errors import (
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import Resource
+from trioperator._client.resources import ALL_VERBS, Resource
 from trioperator._engine.admission import (
     CaseInsensitiveHeaders,
     WebhookCause,
@@ -107,25 +107,22 @@ NO_SERVER_MESSAGE: Final = (
     "More: https://docs.kopf.dev/en/stable/admission/"
 )
 
-VALIDATING_CONFIGURATIONS: Final = Resource(
-    group="admissionregistration.k8s.io",
-    version="v1",
-    plural="validatingwebhookconfigurations",
-    kind="ValidatingWebhookConfiguration",
-    singular="validatingwebhookconfiguration",
-    namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
-)
 
-MUTATING_CONFIGURATIONS: Final = Resource(
-    group="admissionregistration.k8s.io",
-    version="v1",
-    plural="mutatingwebhookconfigurations",
-    kind="MutatingWebhookConfiguration",
-    singular="mutatingwebhookconfiguration",
-    namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
-)
+def _configurations(kind: str) -> Resource:
+    """The cluster-wide resource of the webhook configurations of one ``kind``."""
+    return Resource(
+        group="admissionregistration.k8s.io",
+        version="v1",
+        plural=f"{kind.lower()}s",
+        kind=kind,
+        singular=kind.lower(),
+        namespaced=False,
+        verbs=ALL_VERBS,
+    )
+
+
+VALIDATING_CONFIGURATIONS: Final = _configurations("ValidatingWebhookConfiguration")
+MUTATING_CONFIGURATIONS: Final = _configurations("MutatingWebhookConfiguration")
 
 _CONFIGURATIONS: Final = (
     (WebhookType.VALIDATING, VALIDATING_CONFIGURATIONS),

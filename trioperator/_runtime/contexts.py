@@ -23,6 +23,7 @@ from trioperator._runtime.memories import Memories
 from trioperator._runtime.metrics import OperatorMetrics
 from trioperator._runtime.waiting import wait_any
 from trioperator._util import clock
+from trioperator._util.ordering import OrderedSlots
 
 
 @dataclasses.dataclass
@@ -73,7 +74,8 @@ class ResourceContext:
     resource: Resource
     namespace: str | None
     memories: Memories
-    worker_slots: trio.Semaphore | None = None
+    worker_slots: OrderedSlots | None = None
+    """``settings.queueing.worker_limit`` places, given to the oldest work first."""
     health: WatchHealth = dataclasses.field(default_factory=WatchHealth)
     """The watcher's signs of life, for the liveness probe."""
     daemons: DaemonsKeeper | None = None

@@ -50,6 +50,7 @@ from trioperator._runtime.invocation import is_async_fn
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.waiting import wait_any
+from trioperator._util.ordering import current_ticket
 
 __all__ = ["EXITING_GRACE", "DaemonsKeeper", "termination_limits"]
 
@@ -151,6 +152,9 @@ class DaemonsKeeper:
         return daemon
 
     async def _run(self, daemon: Daemon, cause: DaemonCause) -> None:
+        # Started from a worker, the task has the ticket of the worker's work: its own requests
+        # are not that work, and queue as they come (see _util/ordering.py).
+        current_ticket.set(None)
         handler = daemon.handler
         memory = daemon.memory
         try:

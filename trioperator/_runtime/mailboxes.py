@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import trio
 
 from trioperator._engine.bodies import RawEvent
+from trioperator._util.ordering import next_ticket
 
 __all__ = ["Backlog", "Mailbox", "QueueStats"]
 
@@ -159,8 +160,10 @@ class Mailbox:
         "_closed",
         "_events",
         "_keep_all",
+        "_queued_ticket",
         "_versions",
         "_woken",
+        "ticket",
     )
 
     def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
@@ -172,6 +175,12 @@ class Mailbox:
         self._woken = False
         self._awaited: str | None = None
         self._arrived = trio.Event()
+        # When the queued work arrived (see _util/ordering.py): a ticket is taken as an event
+        # lands in an empty mailbox and kept while newer events join or replace it.
+        self._queued_ticket = 0
+        self.ticket: int | None = None
+        """The ticket of the oldest work the worker has taken (before that: of the first
+        event), by which its waits are ordered."""
 
     def __len__(self) -> int:
         return len(self._events)
@@ -192,6 +201,10 @@ class Mailbox:
         version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if isinstance(version, str):
             self._versions.append(version)
+        if not self._events:
+            self._queued_ticket = next_ticket()
+            if self.ticket is None:
+                self.ticket = self._queued_ticket
         if self._events and not self._keep_all:
             self._events[-1] = event  # the newest state supersedes the queued one
             self._backlog.coalesced()
@@ -215,9 +228,14 @@ class Mailbox:
         self._awaited = version
 
     def drain(self, into: list[RawEvent]) -> bool:
-        """Move everything queued into ``into``; return False once closed (nothing more comes)."""
+        """Move everything queued into ``into``; return False once closed (nothing more comes).
+
+        The ticket of what is drained becomes :attr:`ticket`, unless ``into`` still holds
+        older work (whose ticket stays)."""
         count = len(self._events)
         if count:
+            if not into:
+                self.ticket = self._queued_ticket
             into.extend(self._events)
             self._events.clear()
             self._backlog.remove(count)

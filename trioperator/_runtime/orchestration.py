@@ -54,7 +54,7 @@ from trioperator._client.errors import (
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import Resource
+from trioperator._client.resources import ALL_VERBS, Resource
 from trioperator._client.watching import (
     RawWatchEvent,
     WatchHealth,
@@ -78,6 +78,7 @@ from trioperator._runtime.memories import Memories
 from trioperator._runtime.observing import observe_resource
 from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
+from trioperator._util.ordering import OrderedSlots
 
 __all__ = [
     "CRDS",
@@ -97,7 +98,7 @@ NAMESPACES: Final = Resource(
     singular="namespace",
     shortcuts=frozenset({"ns"}),
     namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+    verbs=ALL_VERBS,
 )
 
 CRDS: Final = Resource(
@@ -108,7 +109,7 @@ CRDS: Final = Resource(
     singular="customresourcedefinition",
     shortcuts=frozenset({"crd", "crds"}),
     namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+    verbs=ALL_VERBS,
 )
 
 RESCAN_DELAY: Final = 0.5
@@ -281,7 +282,7 @@ class Orchestration:
             resource=resource,
             namespace=namespace,
             memories=Memories(self._context.memo),
-            worker_slots=trio.Semaphore(limit) if limit else None,
+            worker_slots=OrderedSlots(limit) if limit else None,
         )
         watcher = _Watcher(key, ctx, self._watcher_started)
         predecessor = self._retiring.get(key)

@@ -28,6 +28,7 @@ from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
 from trioperator._runtime.waiting import first_of
+from trioperator._util.ordering import OrderedSlots, current_ticket
 
 WAITING_KEEPALIVE_INTERVAL = 10 * 60
 """The longest a delay sleeps before touching the object anyway (as Kopf does)."""
@@ -86,6 +87,9 @@ async def run_worker(
         # Before taking a slot: waiting for the indices must not hold back the objects
         # that are still to be indexed (it would not, anyway: see _runtime/indexing.py).
         await ctx.operator.indexing.wait()
+        # Its slot, and the first request of each cycle, go to the oldest work first: objects
+        # are handled in the order they came (see _util/ordering.py).
+        current_ticket.set(mailbox.ticket)
         slot = _Slot(ctx.worker_slots)
         try:
             await slot.acquire()
@@ -104,13 +108,14 @@ class _Slot:
     is held back until waiting workers take their events, which needs free slots.
     """
 
-    def __init__(self, slots: trio.Semaphore | None) -> None:
+    def __init__(self, slots: OrderedSlots | None) -> None:
         self._slots = slots
         self.held = False
+        self.ticket = current_ticket.get()  # taken again after a wait: still the old work
 
     async def acquire(self) -> None:
         if self._slots is not None and not self.held:
-            await self._slots.acquire()
+            await self._slots.acquire(self.ticket)
             self.held = True
 
     def release(self) -> None:
@@ -199,6 +204,7 @@ async def _serve_busy(
                 memory.expected_version = None
                 memory.superseded_versions = ()
             latest = pending[-1]
+            current_ticket.set(mailbox.ticket)
             events = list(pending)
             pending.clear()
             if objlogger is None:
