@@ -727,6 +727,7 @@ class Config:
     work_dir: Path
     timeout_factor: float
     cluster_pids: dict[str, int] = dataclasses.field(default_factory=dict)
+    profile: str = ""  # trioperator under "cprofile" (cpu_profile.py) or "py-spy"; into work_dir
 
 
 class Bench:
@@ -737,6 +738,7 @@ class Bench:
         self.results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in RUN_KINDS}
         self.sentinels = 0
         self.timings: list[dict[str, Any]] = []
+        self.profilers: list[trio.Process] = []  # py-spy, each ends with its operator
 
     # ---- environment of the children
     def child_env(self, **extra: str) -> dict[str, str]:
@@ -762,11 +764,28 @@ class Bench:
         self, framework: str, variant: str, label: str, **env: str
     ) -> tuple[trio.Process, Path]:
         log_path = self.config.work_dir / f"{label}.log"
+        argv = self.operator_argv(framework, variant)
+        profiled = framework == "trioperator" and self.config.profile
+        if profiled == "cprofile":
+            profile = self.config.work_dir / f"{label}.prof"
+            argv = [sys.executable, str(HERE / "cpu_profile.py"), str(profile), *argv[-4:]]
         process = await spawn(
-            self.operator_argv(framework, variant),
+            argv,
             env=self.child_env(BENCH_FRAMEWORK=framework, **env),
             log_path=log_path,
         )
+        if profiled == "py-spy":
+            # Attached from outside, sampling only what is on the CPU; it ends with the operator.
+            out = self.config.work_dir / f"{label}.pyspy.txt"
+            profiler = await spawn(
+                [
+                    *["py-spy", "record", "--pid", str(process.pid), "--rate", "1000", "--gil"],
+                    *["--format", "raw", "--output", str(out), "--nonblocking"],
+                ],
+                env=dict(os.environ),
+                log_path=self.config.work_dir / f"{label}.pyspy.log",
+            )
+            self.profilers.append(profiler)
         return process, log_path
 
     def load_argv(
@@ -1957,6 +1976,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--no-decode", action="store_true", help="skip the decoding micro-benchmark"
     )
     parser.add_argument(
+        "--profile",
+        choices=["cprofile", "py-spy"],
+        default="",
+        help="profile trioperator: under benchmarks/cpu_profile.py (a CPU-time cProfile, "
+        "<label>.prof in the work dir; ~10x slower) or sampled by py-spy on PATH (on-CPU "
+        "samples, <label>.pyspy.txt, collapsed stacks; little overhead besides the sampling)",
+    )
+    parser.add_argument(
         "--timeout-factor",
         type=float,
         default=0.5,
@@ -2054,6 +2081,8 @@ async def bench_main(config: Config, cluster: Cluster, results: dict[str, Any]) 
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(180):
+            for profiler in bench.profilers if bench else []:
+                await stop_process(profiler, grace=10)
             log(f"cleaning up: namespace {namespace}" + (" and the CRD" if created_crd else ""))
             try:
                 await api.delete_namespace(namespace)
@@ -2151,6 +2180,7 @@ def main(argv: list[str] | None = None) -> int:
             work_dir=work_dir,
             timeout_factor=args.timeout_factor,
             cluster_pids=handle.pids(),
+            profile=args.profile,
         )
         results["config"] = {
             k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -238,8 +239,29 @@ def run(
         async_flavor=async_flavor,
         identity=id,
     )
+    _tune_gc()
     trio.run(_run_operator, operator, controls.started)
     return 0
+
+
+GC_THRESHOLDS = (10_000, 50, 10)
+"""The collector's thresholds while an operator runs (Python's default: 700, 10, 10)."""
+
+
+def _tune_gc() -> None:
+    """Make the cyclic garbage collector cheaper for a process that is an operator.
+
+    Each watch event and each handled object allocates a few dozen containers that mostly die
+    by reference counting, while a few (the objects' bodies, memories, tasks) live on: with
+    Python's default thresholds, a burst of objects spends ~10% of its CPU in collections,
+    most of it re-scanning the same survivors and, in full collections, every module, class
+    and function imported so far. Frozen, those imports are never scanned again (they are
+    still freed as usual when unreferenced); larger young generations let more of the
+    short-lived containers die before a collection sees them. Only for ``run`` (the process
+    is ours); an embedded operator leaves its host's collector as it is.
+    """
+    gc.set_threshold(*GC_THRESHOLDS)
+    gc.freeze()
 
 
 @app.command

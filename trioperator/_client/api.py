@@ -185,7 +185,10 @@ class APIClient:
         await self._sessions.aclose()
 
     async def _session(self) -> tuple[VaultKey, ConnectionInfo, HTTPSession]:
-        key, info = await self.vault.select()
+        # Every request waits for the network next: no extra trip through the scheduler here.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        selected = self.vault.current()
+        key, info = selected if selected is not None else await self.vault.select()
         trust_env = self.settings.trust_env or info.trust_env
         return key, info, self._sessions.get(info, trust_env=trust_env)
 

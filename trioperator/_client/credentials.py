@@ -311,6 +311,12 @@ class Vault:
 
     # ---------------------------------------------------------------- for the API client
 
+    def current(self) -> tuple[VaultKey, ConnectionInfo] | None:
+        """The valid item with the highest priority now; ``None`` if there is none (then
+        :meth:`select` waits for a login). For callers that checkpoint right after anyway."""
+        valid = self.items()
+        return valid[0] if valid else None
+
     async def select(self) -> tuple[VaultKey, ConnectionInfo]:
         """The valid item with the highest priority; wait for a login round if there is none.
 

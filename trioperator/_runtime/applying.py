@@ -38,6 +38,9 @@ class PatchResult:
     resource_version: str | None = None
     """The version of our last successful write (to be awaited on the stream), if any."""
 
+    earlier_versions: list[str] = field(default_factory=list)
+    """The versions of our writes before the last one (e.g. of the status, then the body came)."""
+
     body: RawBody | None = None
     """The freshest body returned by the API, if anything was written."""
 
@@ -64,6 +67,7 @@ async def apply_patch(
     namespace = metadata.get("namespace")
     name = metadata["name"]
     freshest = body
+    written: list[RawBody] = []  # the API's answers to our writes, in order
     if "status" in resource.subresources:
         body_patch, status_patch = split_status(patch)
     else:
@@ -77,10 +81,12 @@ async def apply_patch(
             freshest = await api.patch(
                 resource, namespace=namespace, name=name, payload=status_patch, subresource="status"
             )
+            written.append(freshest)
         if body_patch:
             if debug:
                 logger.debug(f"Patching with: {body_patch!r}")
             freshest = await api.patch(resource, namespace=namespace, name=name, payload=body_patch)
+            written.append(freshest)
         if patch.fns:
             rv = (freshest.get("metadata") or {}).get("resourceVersion")
             ops = build_json_patch(freshest, patch.fns, resource_version=rv)
@@ -99,6 +105,7 @@ async def apply_patch(
                         json_patch=True,
                         subresource="status",
                     )
+                    written.append(freshest)
                 if main_ops:
                     if status_ops and main_ops[0].get("op") == "test":
                         # The first part changed the version: guard against later changes only.
@@ -109,6 +116,7 @@ async def apply_patch(
                     freshest = await api.patch(
                         resource, namespace=namespace, name=name, payload=main_ops, json_patch=True
                     )
+                    written.append(freshest)
             except APIUnprocessableEntityError as exc:
                 logger.debug(
                     f"JSON-patch was rejected ({exc}); the changes will be retried next time."
@@ -121,4 +129,8 @@ async def apply_patch(
     if freshest is not body:
         result.body = freshest
         result.resource_version = (freshest.get("metadata") or {}).get("resourceVersion")
+        for answer in written[:-1]:
+            version = (answer.get("metadata") or {}).get("resourceVersion")
+            if isinstance(version, str) and version != result.resource_version:
+                result.earlier_versions.append(version)
     return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import time
 from typing import Any
 
 from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
@@ -98,7 +99,29 @@ def _parse_format(log_format: LogFormat | str) -> LogFormat | str:
     )
 
 
-class TextFormatter(logging.Formatter):
+class _SecondsCache(logging.Formatter):
+    """``formatTime`` as ``logging.Formatter`` has it, with the seconds' text made once.
+
+    Lines come in bursts: ``time.strftime`` of the same second over and over is a noticeable
+    part of a log line's cost. Only the default way (no ``datefmt``, local time) is cached.
+    """
+
+    _second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None or self.converter is not time.localtime:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached_second, text = self._second
+        if second != cached_second:
+            text = time.strftime(self.default_time_format, time.localtime(second))
+            self._second = (second, text)
+        if self.default_msec_format:
+            return self.default_msec_format % (text, record.msecs)
+        return text
+
+
+class TextFormatter(_SecondsCache):
     """A ``logging`` format string, with the object prefix kept or stripped."""
 
     def __init__(self, fmt: str, *, prefix: bool) -> None:
@@ -110,7 +133,7 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_SecondsCache):
     """One JSON object per line: message, timestamp, severity, logger, the object reference."""
 
     def __init__(self, *, refkey: str = DEFAULT_JSON_REFKEY, prefix: bool = False) -> None:

@@ -16,8 +16,10 @@ whole operator (:class:`QueueStats`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import deque
+from collections.abc import Iterator
 
 import trio
 
@@ -59,7 +61,16 @@ class QueueStats:
 class Backlog:
     """The bodies queued in the mailboxes of one watcher, and the wait for room among them."""
 
-    __slots__ = ("_room", "_stalled", "_stalled_since", "_stalling", "_stats", "held", "peak")
+    __slots__ = (
+        "_room",
+        "_stall_watchers",
+        "_stalled",
+        "_stalled_since",
+        "_stalling",
+        "_stats",
+        "held",
+        "peak",
+    )
 
     def __init__(self, stats: QueueStats | None = None) -> None:
         self._stats = stats if stats is not None else QueueStats()
@@ -67,6 +78,7 @@ class Backlog:
         self._stalled = 0.0
         self._stalled_since: float | None = None
         self._stalling = trio.Event()
+        self._stall_watchers: set[Mailbox] = set()
         self.held = 0
         self.peak = 0
 
@@ -79,6 +91,16 @@ class Backlog:
     def stalling(self) -> trio.Event:
         """Set when the router begins to wait for room (a new one for every wait)."""
         return self._stalling
+
+    @contextlib.contextmanager
+    def waking_on_stall(self, mailbox: Mailbox) -> Iterator[None]:
+        """While inside, a stall (the router beginning to wait for room) wakes ``mailbox``'s
+        waiting worker up, as :attr:`stalling` would, without a task to wait for that event."""
+        self._stall_watchers.add(mailbox)
+        try:
+            yield
+        finally:
+            self._stall_watchers.discard(mailbox)
 
     def stalled_time(self) -> float:
         """The total time the router has waited for room so far, the ongoing wait included."""
@@ -113,6 +135,8 @@ class Backlog:
         self._stalled_since = trio.current_time()
         self._stalling.set()
         self._stalling = trio.Event()
+        for mailbox in self._stall_watchers:
+            mailbox.wake()
         try:
             while self.held >= limit:
                 self._room = trio.Event()
@@ -131,6 +155,7 @@ class Mailbox:
 
     __slots__ = (
         "_arrived",
+        "_awaited",
         "_backlog",
         "_closed",
         "_discarded",
@@ -138,6 +163,7 @@ class Mailbox:
         "_keep_all",
         "_queued_ticket",
         "_versions",
+        "_woken",
         "ticket",
     )
 
@@ -148,6 +174,8 @@ class Mailbox:
         self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
         self._closed = False
         self._discarded = False
+        self._woken = False
+        self._awaited: str | None = None
         self._arrived = trio.Event()
         # When the queued work arrived (see _util/ordering.py): a ticket is taken as an event
         # lands in an empty mailbox and kept while newer events join or replace it.
@@ -191,7 +219,21 @@ class Mailbox:
         else:
             self._events.append(event)
             self._backlog.add()
-        self._arrived.set()
+        awaited = self._awaited
+        if awaited is None or version == awaited or not isinstance(version, str):
+            self._arrived.set()
+        elif event["type"] not in ("MODIFIED", "ADDED"):
+            self._arrived.set()  # a deletion, a listing: the worker sees it at once
+
+    def await_version(self, version: str | None) -> None:
+        """Wake the waiting worker only for this version (or a deletion, or a listing).
+
+        For a worker that waits for its own patch and has nothing to do with the states in
+        between (no ``on.event`` handlers, no daemons): each of them would wake it up only to
+        wait again. They are still queued (the newest one) and remembered (:meth:`has_seen`).
+        ``None``: every event wakes it up (the default).
+        """
+        self._awaited = version
 
     def drain(self, into: list[RawEvent]) -> bool:
         """Move everything queued into ``into``; return False once closed (nothing more comes).
@@ -208,11 +250,22 @@ class Mailbox:
         return not self._closed
 
     async def wait(self, into: list[RawEvent]) -> bool:
-        """Wait for at least one event (moved into ``into``) or the closing; as :meth:`drain`."""
-        while not self._events and not self._closed:
-            self._arrived = trio.Event()
-            await self._arrived.wait()
+        """Wait for at least one event (moved into ``into``) or the closing; as :meth:`drain`.
+
+        A :meth:`wake` during the wait ends it too, possibly with nothing received.
+        """
+        try:
+            while not self._events and not self._closed and not self._woken:
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+        finally:
+            self._woken = False
         return self.drain(into)
+
+    def wake(self) -> None:
+        """End the worker's current :meth:`wait` (if any) even without an event."""
+        self._woken = True
+        self._arrived.set()
 
     def has_seen(self, version: str) -> bool:
         """Whether an event of this resource version has come (recently; see VERSIONS_KEPT)."""

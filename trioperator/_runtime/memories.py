@@ -37,6 +37,10 @@ class ObjectMemory:
     expected_version: str | None = None
     """The ``resourceVersion`` of our own last patch, until it comes back on the stream."""
 
+    superseded_versions: Sequence[str] = ()
+    """Versions of our own earlier writes of the same patch (the status before the body): a
+    state of one of them is older than what we wrote, however long the stream lags."""
+
     consistency_deadline: float = 0.0
     """After this trio time, stop waiting for ``expected_version`` and assume consistency.
 

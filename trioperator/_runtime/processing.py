@@ -51,6 +51,9 @@ class CycleOutcome:
     resource_version: str | None = None
     """The version our patch produced, to be awaited on the stream before the next cycle."""
 
+    earlier_versions: Sequence[str] = ()
+    """Versions of our writes before the last one: states that are older than what we wrote."""
+
     delay: float | None = None
     """Seconds until some handler is due again; ``None`` if nothing is pending."""
 
@@ -368,6 +371,7 @@ async def _apply(
     version = result.resource_version if result.resource_version != before else None
     return CycleOutcome(
         resource_version=version,
+        earlier_versions=result.earlier_versions if version is not None else (),
         delay=delay,
         patched=version is not None or bool(result.remaining_fns),  # an event is coming
         gone=result.gone,

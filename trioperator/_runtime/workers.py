@@ -12,7 +12,8 @@ it on demand.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from functools import partial
 
 import trio
@@ -41,15 +42,21 @@ async def _wait(
     into: list[RawEvent],
     seconds: float,
     wake: trio.Event | None = None,
+    awaited: str | None = None,
 ) -> bool:
     """Wait up to ``seconds`` for events (into ``into``); return False if the mailbox closed.
 
     ``wake`` (if given) ends the wait early too, with nothing received: the caller checks it.
-    A waiting worker is not busy (for the metrics).
+    ``awaited`` (if given): only that version wakes the worker up, or a deletion, a listing, a
+    stall (see ``Mailbox.await_version``). A waiting worker is not busy (for the metrics).
     """
     ctx.workers_busy -= 1
+    mailbox.await_version(awaited)
+    # Not woken up by the states in between, the worker must be by a stall: its queued event
+    # counts in the backlog, and the router may be waiting for exactly that room.
+    stalls = ctx.backlog.waking_on_stall(mailbox) if awaited is not None else nullcontext()
     try:
-        with trio.move_on_after(max(seconds, 0)):
+        with stalls, trio.move_on_after(max(seconds, 0)):
             if wake is None:
                 return await mailbox.wait(into)
             first = await first_of(partial(mailbox.wait, into), wake.wait)
@@ -57,6 +64,7 @@ async def _wait(
             return bool(first.value) if first.index == 0 else True
         return True  # the time is up: nothing received, still open
     finally:
+        mailbox.await_version(None)
         ctx.workers_busy += 1
 
 
@@ -172,7 +180,9 @@ async def _serve_busy(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
-            open_ = await _wait(ctx, mailbox, pending, settings.queueing.idle_timeout, wake)
+            open_ = await _wait(
+                ctx, mailbox, pending, settings.queueing.idle_timeout, wake, _awaited(ctx, memory)
+            )
             if not pending:
                 open_ = mailbox.drain(pending) and open_
                 if not pending and wake is not None and wake.is_set() and open_:
@@ -194,6 +204,7 @@ async def _serve_busy(
             expected = memory.expected_version
             if expected is not None and mailbox.has_seen(expected):
                 memory.expected_version = None
+                memory.superseded_versions = ()
             latest = pending[-1]
             current_ticket.set(mailbox.ticket)
             events = list(pending)
@@ -235,24 +246,40 @@ async def _serve_busy(
                     latest = latest if retry else None
                     continue
                 carried = Patch()
-                _expect(ctx, memory, outcome.resource_version)
+                _expect(ctx, memory, outcome.resource_version, outcome.earlier_versions)
                 continue
             if remaining > 0:
                 if not open_:
                     return  # stopping: our version will never come; the next run handles it
                 # Woken up when the stream is held back meanwhile, to give the slot back.
+                awaited = _awaited(ctx, memory)
                 if ctx.backlog.stalled:
                     slot.release()
-                    open_ = await _wait(ctx, mailbox, pending, remaining)
+                    open_ = await _wait(ctx, mailbox, pending, remaining, awaited=awaited)
                 else:
-                    open_ = await _wait(ctx, mailbox, pending, remaining, ctx.backlog.stalling)
+                    with ctx.backlog.waking_on_stall(mailbox):
+                        open_ = await _wait(ctx, mailbox, pending, remaining, awaited=awaited)
                 await slot.acquire()
                 continue  # with the events that came, or to see if the deadline has moved
+            if _version(latest) in memory.superseded_versions:
+                # The newest state is our own write of the status, before the body's: taking it
+                # for consistent would run the handlers again on a state without their marks.
+                # The stream brings the newer one after it, however late (or a relisting).
+                if not open_:
+                    return  # stopping: the next run of the operator sees the newest state
+                objlogger.debug(
+                    f"Version {memory.expected_version!r} has not arrived within "
+                    f"{settings.persistence.consistency_timeout} seconds, but an earlier write "
+                    "of ours has: waiting on."
+                )
+                _expect(ctx, memory, memory.expected_version, memory.superseded_versions)
+                continue
             objlogger.debug(
                 f"Consistency is assumed: version {memory.expected_version!r} has not arrived "
                 f"within {settings.persistence.consistency_timeout} seconds."
             )
             memory.expected_version = None
+            memory.superseded_versions = ()
 
         try:
             outcome = await process_changes(ctx, latest, memory, objlogger, carried)
@@ -274,7 +301,7 @@ async def _serve_busy(
             if deleted:
                 return  # really deleted: no more events can come for this uid
             continue
-        _expect(ctx, memory, outcome.resource_version)
+        _expect(ctx, memory, outcome.resource_version, outcome.earlier_versions)
         if outcome.delay is None:
             continue
         delay = min(max(outcome.delay, 0.0), WAITING_KEEPALIVE_INTERVAL)
@@ -321,11 +348,37 @@ async def _serve_busy(
         _expect(ctx, memory, version)
 
 
-def _expect(ctx: ResourceContext, memory: ObjectMemory, version: str | None) -> None:
+def _awaited(ctx: ResourceContext, memory: ObjectMemory) -> str | None:
+    """The version to be woken up for only (see ``Mailbox.await_version``), if any.
+
+    Only with nothing to do for the states in between: event handlers see every event, and
+    daemons follow the newest state, as it comes.
+    """
+    if memory.expected_version is None:
+        return None
+    registry = ctx.registry
+    if registry.has_watching_handlers(ctx.resource) or registry.has_spawning_handlers(ctx.resource):
+        return None
+    return memory.expected_version
+
+
+def _version(event: RawEvent) -> str | None:
+    metadata = event["object"].get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return version if isinstance(version, str) else None
+
+
+def _expect(
+    ctx: ResourceContext,
+    memory: ObjectMemory,
+    version: str | None,
+    earlier: Sequence[str] = (),
+) -> None:
     """Remember the version of our own patch, to wait for it before the next change handling."""
     timeout = ctx.settings.persistence.consistency_timeout
     if version is not None and timeout > 0:
         memory.expected_version = version
+        memory.superseded_versions = tuple(earlier)
         memory.consistency_deadline = trio.current_time() + timeout
         memory.consistency_stalls = ctx.backlog.stalled_time()
 

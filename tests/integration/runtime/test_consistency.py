@@ -166,3 +166,42 @@ async def test_writes_that_change_nothing_are_not_awaited(
     # Handled at once: not after a consistency timeout for a version that never comes.
     assert len(calls) == 1
     assert calls[0] - changed_at < 0.1
+
+
+async def test_our_own_status_write_is_never_taken_for_the_consistent_state(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+    watch_gate: Any,
+    logs: Any,
+) -> None:
+    # A creation's result goes to the status first, then the marks to the body. If the stream
+    # lags past the consistency timeout with only the status write delivered, that state has
+    # the result but not the marks: it must not be handled as a new creation (which would run
+    # the handler and write both again), however long the body's version takes.
+    settings.persistence.consistency_timeout = 5
+    calls: list[float] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> dict[str, str]:
+        calls.append(trio.current_time())
+        watch_gate.hold()  # our two writes are held back from here on
+        return {"done": "yes"}
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: len(watch_gate.held) == 2)
+    watch_gate.release(1)  # the status write only
+    await trio.sleep(30)  # six consistency timeouts, and the idle timeout of the worker
+    watch_gate.release(stop_holding=True)  # the body write, at last
+    await running.wait_for(lambda: logs.count("Something has changed") >= 1)
+    await trio.sleep(10)
+    assert len(calls) == 1
+    assert [(method, sub) for method, sub, _ in running.writes()] == [
+        ("PATCH", "/status"),
+        ("PATCH", ""),
+    ]
+    assert running.obj()["status"]["create_fn"] == {"done": "yes"}
+    assert handled_spec(running) is not None
+    assert logs.count("Consistency is assumed") == 0

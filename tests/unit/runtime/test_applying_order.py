@@ -79,3 +79,23 @@ async def test_json_patches_also_go_status_first_each_guarded_by_the_version_it_
     # The status write made version 2: the body's part must not fail on our own change.
     assert body_ops[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "2"}
     assert body_ops[1:] == [{"op": "add", "path": "/metadata/finalizers", "value": []}]
+
+
+async def test_the_versions_of_earlier_writes_are_told_apart_from_the_last() -> None:
+    # The status write's version is a state older than what the cycle wrote: the worker must
+    # never take it for the consistent state (see workers.py).
+    api = RecordingAPI()
+    result = await apply_patch(
+        api, resource=WITH_STATUS, body=BODY, patch=handled_patch(), logger=logging.getLogger("t")
+    )
+    assert result.resource_version == "3"
+    assert result.earlier_versions == ["2"]
+    single = await apply_patch(
+        RecordingAPI(),
+        resource=WITHOUT_STATUS,
+        body=BODY,
+        patch=handled_patch(),
+        logger=logging.getLogger("t"),
+    )
+    assert single.resource_version == "2"
+    assert single.earlier_versions == []
