@@ -106,8 +106,6 @@ RELEASE_TIMEOUT: Final = 10.0
 STALE_FACTOR: Final = 4
 """A Lease silent for this many durations (plus the margin) is deleted by a live member."""
 
-OBSERVER_BUFFER = 64
-
 
 def shard_namespace(settings: ShardingSettings) -> str:
     """Where the ring's Leases live: as set, else the pod's namespace, else ``default``."""
