@@ -75,11 +75,27 @@ LISTED: Final = "LISTED"
 """The ``type`` label of objects that came in a listing rather than as a watch event."""
 
 
+class ShardState(Protocol):
+    """What the metrics read of a sharded replica's place in its ring (its ``Shard``)."""
+
+    @property
+    def fenced(self) -> bool: ...
+
+    @property
+    def settled(self) -> bool: ...
+
+    @property
+    def members(self) -> frozenset[str]: ...
+
+
 class OperatorState(Protocol):
     """What the metrics read of the running operator (its ``OperatorContext``)."""
 
     @property
     def pause(self) -> OperatorPause: ...
+
+    @property
+    def shard(self) -> ShardState | None: ...
 
 
 class SpawnedState(Protocol):
@@ -370,7 +386,8 @@ class OperatorMetrics:
         context = self.context
         paused.add_metric([], 1 if context is not None and context.pause.is_paused() else 0)
         families = (watchers, objects, workers, busy, queued, daemons)
-        return [*families, events, reconnects, listings, paused]
+        sharding = _shard_families(context.shard if context is not None else None)
+        return [*families, events, reconnects, listings, paused, *sharding]
 
 
 class _StateCollector:
@@ -440,3 +457,25 @@ def metrics_response(metrics: OperatorMetrics, request: Request) -> Response:
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
     body = b"" if request.method == "HEAD" else encode(metrics.registry)
     return Response(200, body, content_type=content_type)
+
+
+def _shard_families(shard: ShardState | None) -> list[GaugeMetricFamily]:
+    """The ring as this replica sees it (only when sharded: docs/sharding.md)."""
+    if shard is None:
+        return []
+    members = GaugeMetricFamily(
+        "trioperator_shard_members", "The members of the ring with live Leases, as seen here."
+    )
+    members.add_metric([], len(shard.members))
+    fenced = GaugeMetricFamily(
+        "trioperator_shard_fenced",
+        "1 while this replica is fenced (its Lease not renewed in time): it works on nothing.",
+    )
+    fenced.add_metric([], 1 if shard.fenced else 0)
+    settled = GaugeMetricFamily(
+        "trioperator_shard_settled",
+        "1 while this replica serves its share of the membership it sees (0: a hand-over is in "
+        "progress, or fenced).",
+    )
+    settled.add_metric([], 1 if shard.settled else 0)
+    return [members, fenced, settled]

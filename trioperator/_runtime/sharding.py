@@ -358,6 +358,11 @@ class Shard:
         self._touch()
 
     @property
+    def settled(self) -> bool:
+        """Serving our share of the membership we see (no hand-over in progress)."""
+        return not self.fenced and self.serving is not None and self.serving == self.target
+
+    @property
     def members(self) -> View:
         """The members with live Leases, as we see them now (ourselves unless fenced)."""
         return self._live(trio.current_time())

@@ -284,6 +284,39 @@ async def test_a_paused_operator_says_so(
     assert value(samples, "trioperator_paused") == 1
 
 
+async def test_a_sharded_replica_tells_its_ring(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry
+) -> None:
+    kopf.on.create("kopfexamples", registry=registry)(lambda **_: None)
+    settings = OperatorSettings()
+    settings.sharding.enabled = True
+    settings.sharding.namespace = "default"
+    async with run_operator(
+        api=fake_api, registry=registry, settings=settings, metrics_endpoint=ENDPOINT
+    ) as op:
+        await trio.sleep(1)  # the ring of one forms
+        samples = await scrape(op.metrics_url)
+        assert value(samples, "trioperator_shard_members") == 1
+        assert value(samples, "trioperator_shard_fenced") == 0
+        assert value(samples, "trioperator_shard_settled") == 1
+        failing = fake_api.inject("PATCH", "*/leases/*", status=500, times=None)
+        await trio.sleep(15)  # past the renew deadline (10 s)
+        samples = await scrape(op.metrics_url)
+        assert value(samples, "trioperator_shard_fenced") == 1
+        assert value(samples, "trioperator_shard_settled") == 0
+        assert value(samples, "trioperator_shard_members") == 0
+        fake_api.remove_injection(failing)
+
+
+async def test_an_unsharded_operator_has_no_ring_metrics(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry
+) -> None:
+    kopf.on.create("kopfexamples", registry=registry)(lambda **_: None)
+    async with run_operator(api=fake_api, registry=registry, metrics_endpoint=ENDPOINT) as op:
+        samples = await scrape(op.metrics_url)
+    assert value(samples, "trioperator_shard_members") is None
+
+
 async def test_metrics_on_the_liveness_server(
     autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry
 ) -> None:
