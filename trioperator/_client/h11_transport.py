@@ -46,39 +46,6 @@ _NO_TIMEOUT: Final = float("inf")
 _T = TypeVar("_T")
 # Headers that frame a request: set by the transport only.
 _FRAMING: Final = frozenset({"host", "content-length", "transfer-encoding"})
-_VALIDATED_MAX: Final = 64  # distinct header sets remembered per pool (a handful in practice)
-
-
-def _content_length(content: bytes) -> tuple[bytes, bytes]:
-    return (b"Content-Length", b"%d" % len(content))
-
-
-def _parsed_headers_supported() -> bool:
-    """Whether this h11 takes headers it has validated before as they are (``_parsed=True``).
-
-    It is how h11 builds the events of what it parses itself; a request built so must
-    serialize to the very same bytes as one built from strings. If this h11 has no such
-    option or writes something else, every request is validated from strings, as before.
-    """
-    headers = [("Host", "example.com"), ("Content-Type", "application/json")]
-    try:
-        plain = h11.Connection(h11.CLIENT).send(
-            h11.Request(method="PATCH", target="/x", headers=[*headers, ("Content-Length", "2")])
-        )
-        parsed = h11.Connection(h11.CLIENT).send(
-            h11.Request(
-                method=b"PATCH",
-                target=b"/x",
-                headers=[(n.encode(), v.encode()) for n, v in headers] + [_content_length(b"{}")],
-                _parsed=True,
-            )
-        )
-    except Exception:  # any incompatibility means: not supported
-        return False
-    return plain == parsed
-
-
-_PARSED_HEADERS: Final = _parsed_headers_supported()
 
 
 class Proxy:
@@ -390,8 +357,6 @@ class TransportPool:
         self.keepalive_expiry = keepalive_expiry
         self._idle: list[_Connection] = []
         self._closed = False
-        # Header sets h11 has validated already (see _serialize), as the bytes it checked.
-        self._validated: dict[tuple[tuple[str, str], ...], list[tuple[bytes, bytes]]] = {}
 
     async def request(
         self,
@@ -486,34 +451,6 @@ class TransportPool:
         ``Host`` is refused, since h11 would send it next to ours (e.g. both a length and
         chunking, which servers and proxies may read differently). h11 validates the rest.
         """
-        key = tuple(headers.items())
-        known = self._validated.get(key) if _PARSED_HEADERS else None
-        if known is not None:
-            # The same headers as an earlier request: h11 has checked every name and value of
-            # them then; only the length is new (digits). h11 still checks the method, the
-            # target and the framing, and writes the request as ever.
-            items_b = known if content is None else [*known, _content_length(content)]
-            request = h11.Request(
-                method=method.encode("ascii"),
-                target=(self.origin.target_base + target).encode("ascii"),
-                headers=items_b,
-                _parsed=True,
-            )
-        else:
-            items = self._items(headers)
-            framed = items if content is None else [*items, ("Content-Length", str(len(content)))]
-            request = h11.Request(
-                method=method, target=self.origin.target_base + target, headers=framed
-            )
-            if len(self._validated) < _VALIDATED_MAX:  # validated just now, as h11 checks them
-                self._validated[key] = [(n.encode("ascii"), v.encode("ascii")) for n, v in items]
-        parts = [h.send(request)]
-        if content:
-            parts.append(h.send(h11.Data(data=content)))
-        parts.append(h.send(h11.EndOfMessage()))
-        return b"".join(part for part in parts if part)
-
-    def _items(self, headers: Mapping[str, str]) -> list[tuple[str, str]]:
         items: list[tuple[str, str]] = [("Host", self.origin.host_header)]
         for name, value in headers.items():
             if name.lower() in _FRAMING:
@@ -522,7 +459,14 @@ class TransportPool:
         origin = self.origin
         if origin.proxy is not None and not origin.tls and origin.proxy.authorization:
             items.append(("Proxy-Authorization", origin.proxy.authorization))
-        return items
+        if content is not None:
+            items.append(("Content-Length", str(len(content))))
+        request = h11.Request(method=method, target=origin.target_base + target, headers=items)
+        parts = [h.send(request)]
+        if content:
+            parts.append(h.send(h11.Data(data=content)))
+        parts.append(h.send(h11.EndOfMessage()))
+        return b"".join(part for part in parts if part)
 
     def _take(self) -> _Connection | None:
         idle = self._idle

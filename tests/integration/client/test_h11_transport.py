@@ -321,36 +321,6 @@ async def test_request_framing_is_h11s_and_never_twofold(
     assert not any(line.startswith("content-length:") for line in heads[2])
 
 
-async def test_repeated_requests_are_written_byte_for_byte_as_the_first(
-    autojump_clock: MockClock, nursery: trio.Nursery
-) -> None:
-    # The second request of a header set skips h11's re-validation of those headers: what it
-    # writes must not differ in a single byte (nor must a new header set, or a bad value).
-    server = await start_raw(nursery, answer_ok)
-    http = HTTPSession(ConnectionInfo(server=server.url, token="secret"))
-    merge = {"Content-Type": "application/merge-patch+json"}
-    try:
-        for _ in range(3):
-            await http.request("PATCH", "/apis/x/o1", content=b'{"a":1}', headers=merge)
-        await http.request("PATCH", "/apis/x/o2", content=b'{"bb":22}', headers=merge)
-        await http.request("GET", "/apis/x/o1")
-        await http.request("GET", "/apis/x/o1")
-        for _ in range(2):
-            with pytest.raises(APIProtocolError, match="Illegal header"):
-                await http.request("GET", "/d", headers={"X-Injected": "a\r\nX-Other: b"})
-    finally:
-        await http.aclose()
-    first, second, third, other, get1, get2 = server.requests
-    assert first == second == third
-    assert first.endswith(b"\r\n\r\n" + b'{"a":1}')
-    assert other == first.replace(b"/o1", b"/o2").replace(
-        b"Content-Length: 7", b"Content-Length: 9"
-    ).replace(b'{"a":1}', b'{"bb":22}')
-    assert get1 == get2
-    assert b"content-length" not in get1.lower()
-    assert b"Authorization: Bearer secret" in get1
-
-
 async def test_bytes_after_a_response_are_not_read_as_the_next_response(
     autojump_clock: MockClock, nursery: trio.Nursery
 ) -> None:
