@@ -394,3 +394,51 @@ async def test_a_member_whose_lease_is_deleted_fences_itself_and_rejoins(
     assert _handled(runs) == Counter({name: 1 for name in names})
     assert {run.replica for run in runs} == {"alpha", "beta"}
     assert not alpha.operator.context.shard.fenced  # type: ignore[union-attr]
+
+
+async def test_owned_objects_go_with_their_owner_and_cluster_scoped_ones_are_shared(
+    autojump_clock: Any, start: Any, registry: kopf.OperatorRegistry, fake_api: FakeAPI
+) -> None:
+    handled: dict[tuple[str, str], list[str]] = {}
+
+    @kopf.on.create("kopfexamples", registry=registry)
+    def parent(name: str, memo: kopf.Memo, **_: Any) -> None:
+        handled.setdefault(("parent", name), []).append(memo["replica"])
+
+    @kopf.on.create("configmaps", registry=registry)
+    def child(name: str, memo: kopf.Memo, **_: Any) -> None:
+        handled.setdefault(("child", name), []).append(memo["replica"])
+
+    @kopf.on.create("namespaces", registry=registry)
+    def namespace(name: str, memo: kopf.Memo, **_: Any) -> None:
+        handled.setdefault(("namespace", name), []).append(memo["replica"])
+
+    for name in ("alpha", "beta", "gamma"):
+        await start(name)
+    parents = _create(fake_api, 30, "parent")
+    for name in parents:
+        uid = fake_api.get_object("kopfexamples", name, "default")["metadata"]["uid"]
+        owner = {"apiVersion": "kopf.dev/v1", "kind": "KopfExample", "name": name, "uid": uid}
+        fake_api.create_object(
+            "configmaps",
+            {
+                "metadata": {
+                    "name": f"{name}-child",
+                    "namespace": "default",
+                    "ownerReferences": [{**owner, "controller": True}],
+                }
+            },
+        )
+    spaces = [f"space-{index}" for index in range(30)]
+    for name in spaces:
+        fake_api.create_namespace(name)
+
+    wanted = {("parent", n) for n in parents} | {("child", f"{n}-child") for n in parents}
+    wanted |= {("namespace", n) for n in spaces}
+    await _until(lambda: wanted <= set(handled))
+    await trio.sleep(30)
+    assert all(len(handled[key]) == 1 for key in wanted)
+    for name in parents:
+        assert handled["child", f"{name}-child"] == handled["parent", name]
+    assert len({handled["parent", name][0] for name in parents}) == 3
+    assert len({handled["namespace", name][0] for name in spaces}) == 3
