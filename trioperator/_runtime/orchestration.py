@@ -49,14 +49,13 @@ from typing import Any, Final, TypeAlias, cast
 import trio
 
 from trioperator._client.api import APIClient
-from trioperator._client.discovery import scan_resources
 from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import Resource
+from trioperator._client.resources import DiscoveryScope, Resource, in_scope
 from trioperator._client.watching import (
     LISTED,
     RawWatchEvent,
@@ -65,9 +64,11 @@ from trioperator._client.watching import (
     stream_events,
 )
 from trioperator._engine.namespaces import literal_namespaces, match_namespace
+from trioperator._engine.peering import PEERING_GROUPS
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.discovering import discover_resources
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
@@ -254,6 +255,8 @@ class Orchestration:
         self._deleted_crds: set[tuple[str, str]] = set()
         self._gone: set[Resource] = set()
         self._discovered: Sequence[Resource] = ()
+        self._scope: DiscoveryScope | None = None
+        """What the last discovery scanned (``None``: every group)."""
 
     @property
     def serving(self) -> frozenset[WatcherKey]:
@@ -263,14 +266,17 @@ class Orchestration:
     # ------------------------------------------------------------------------ the control loop
 
     async def run(self, *, task_status: trio.TaskStatus[Orchestration]) -> None:
-        self._apply_resources(await scan_resources(self._api, logger=logger))
         async with trio.open_nursery() as watchers:
             self._nursery = watchers
             try:
                 async with trio.open_nursery() as observers:
                     observers.start_soon(self._relay_stop, name="orchestrator stop relay")
-                    if not self.clusterwide:
-                        await observers.start(self._observe_namespaces)
+                    # The discovery and the namespaces' first listing at once: the first
+                    # watchers need both, and neither needs the other.
+                    async with trio.open_nursery() as startup:
+                        if not self.clusterwide:
+                            startup.start_soon(observers.start, self._observe_namespaces)
+                        self._apply_resources(await self._discover())
                     if not self._settings.scanning.disabled:
                         observers.start_soon(self._observe_crds, name="CRD observer")
                         observers.start_soon(self._rescan_when_asked, name="resource rescanner")
@@ -529,11 +535,13 @@ class Orchestration:
 
     def _discovery_agrees(self, discovered: Sequence[Resource]) -> bool:
         """Whether the discovery shows what the CRDs say: established ones served, deleted
-        ones (and versions no longer served) gone."""
+        ones (and versions no longer served) gone. CRDs out of the scanned scope do not count."""
         present = {(r.group, r.version, r.plural) for r in discovered}
         for (group, plural), crd in self._crds.items():
             if crd.established and any(
-                (group, version, plural) not in present for version in crd.served
+                (group, version, plural) not in present
+                for version in crd.served
+                if in_scope(self._scope, group, version)
             ):
                 return False
         return not any(self._denied_by_crds(resource) for resource in discovered)
@@ -610,10 +618,16 @@ class Orchestration:
                     break
                 await trio.sleep(delay)
 
+    async def _discover(self) -> list[Resource]:
+        """The served resources in the scope of the handlers registered now (and of peering)."""
+        extra = PEERING_GROUPS if self._peering is not None else ()
+        self._scope = self._registry.discovery_scope(extra_groups=extra)
+        return await discover_resources(self._api, scope=self._scope, logger=logger)
+
     async def _rescan(self) -> bool:
         """Scan the discovery and serve what it shows; whether it agrees with the CRDs."""
         try:
-            discovered = await scan_resources(self._api, logger=logger)
+            discovered = await self._discover()
         except (APIError, APIConnectionError) as exc:
             logger.error(f"Scanning the cluster's resources failed: {exc!r}")
             return False
