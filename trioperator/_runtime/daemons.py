@@ -70,6 +70,7 @@ from trioperator._engine.stoppers import (
     DaemonStoppingReason,
     SyncDaemonStopped,
 )
+from trioperator._runtime.alarms import Alarm, AlarmClock
 from trioperator._runtime.applying import apply_patch
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.execution import Execution, run_handler_once
@@ -110,10 +111,14 @@ class TrioDaemonStopper(DaemonStopper):
     def __init__(self) -> None:
         super().__init__()
         self.event = trio.Event()
+        self.alarm: Alarm | None = None
+        """The wake-up of the framework's sleep between the calls (see ``AlarmClock``)."""
 
     def set(self, reason: DaemonStoppingReason, *, now: float | None = None) -> None:
         super().set(reason, now=trio.current_time() if now is None else now)
         self.event.set()
+        if self.alarm is not None:
+            self.alarm.ring()
 
 
 class AsyncDaemonStopped(DaemonStopped):
@@ -270,12 +275,6 @@ async def _wait_any(*events: trio.Event) -> None:
             nursery.start_soon(waiter, event, nursery.cancel_scope)
 
 
-async def _sleep(stopper: TrioDaemonStopper, seconds: float) -> None:
-    """Sleep for ``seconds``, or less if the daemon is asked to stop."""
-    with trio.move_on_after(max(seconds, 0)):
-        await stopper.event.wait()
-
-
 class DaemonsKeeper:
     """The daemons and timers of one watcher's objects, in the watcher's background nursery."""
 
@@ -283,6 +282,8 @@ class DaemonsKeeper:
         self._ctx = ctx
         self._nursery = nursery
         self._daemons: set[Daemon] = set()
+        # One clock for the sleeps between the calls of all the watcher's daemons and timers.
+        self._alarms = AlarmClock(nursery)
         self._exiting = trio.Event()
         self.exiting_since: float | None = None
         self.paused = False
@@ -374,6 +375,10 @@ class DaemonsKeeper:
             daemon.finished.set()
             memory.changed.set()
 
+    async def _sleep(self, stopper: TrioDaemonStopper, seconds: float) -> None:
+        """Sleep for ``seconds``, or less if the daemon is asked to stop."""
+        await self._alarms.sleep(seconds, slot=stopper)
+
     async def _initial_delay(self, daemon: Daemon, cause: DaemonCause) -> None:
         delay = daemon.handler.initial_delay
         if delay is None:
@@ -390,7 +395,7 @@ class DaemonsKeeper:
                 )
                 return
         if seconds:
-            await _sleep(daemon.stopper, float(seconds))
+            await self._sleep(daemon.stopper, float(seconds))
 
     async def _invoke(
         self, daemon: Daemon, cause: DaemonCause, state: HandlerState
@@ -438,7 +443,7 @@ class DaemonsKeeper:
             outcome, state = await self._invoke(daemon, cause, state)
             if outcome.final:
                 break
-            await _sleep(stopper, outcome.delay or 0)
+            await self._sleep(stopper, outcome.delay or 0)
         if stopper.is_set():
             daemon.logger.debug(
                 f"{handler} has exited on request and will not be retried or restarted."
@@ -465,7 +470,7 @@ class DaemonsKeeper:
                     remaining = memory.idle_reset_time + handler.idle - trio.current_time()
                     if remaining <= 0:
                         break
-                    await _sleep(stopper, remaining)
+                    await self._sleep(stopper, remaining)
                 if stopper.is_set():
                     break
 
@@ -473,16 +478,16 @@ class DaemonsKeeper:
             outcome, state = await self._invoke(daemon, cause, state)
             if not outcome.final:
                 # Errors override the schedule: the retry delay instead of the interval.
-                await _sleep(stopper, outcome.delay or 0)
+                await self._sleep(stopper, outcome.delay or 0)
             elif outcome.exception is not None:
                 daemon.logger.debug(f"{handler} has failed permanently and stops for good.")
                 return
             elif handler.interval is not None and handler.sharp:
                 # On the interval's grid, however long the call took (skipping missed ticks).
                 elapsed = trio.current_time() - started
-                await _sleep(stopper, handler.interval - elapsed % handler.interval)
+                await self._sleep(stopper, handler.interval - elapsed % handler.interval)
             elif handler.interval is not None:
-                await _sleep(stopper, handler.interval)
+                await self._sleep(stopper, handler.interval)
             elif handler.idle is not None:
                 # Idle-only: once per calm period; wait for the next essential change.
                 while not stopper.is_set() and memory.idle_reset_time <= started:
