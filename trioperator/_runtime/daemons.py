@@ -45,6 +45,7 @@ state of the object.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -172,6 +173,13 @@ class DaemonCause(ResourceCause):
 
     def _own_kwargs(self) -> dict[str, Any]:
         return {**super()._own_kwargs(), "stopped": self.stopped}
+
+    @functools.cached_property
+    def kwargs(self) -> dict[str, Any]:
+        """Made once per daemon, not per call: the body, spec, meta... are live views, the
+        rest is fixed for the daemon's life (uid, name, namespace do not change). Callers copy
+        it before adding anything."""
+        return super().kwargs
 
 
 @dataclasses.dataclass(eq=False)
