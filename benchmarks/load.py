@@ -6,7 +6,9 @@ Two jobs, each over objects named ``PREFIX-00000`` .. ``PREFIX-<count-1>``::
     python benchmarks/load.py create-handled --namespace NS --prefix pre --count 10000
     python benchmarks/load.py patch  --namespace NS --prefix burst --count 500
 
-``create`` POSTs the objects (the burst an operator has to handle); ``create-handled`` POSTs
+``create`` POSTs the objects (the burst an operator has to handle; with ``--rate R`` an open
+loop instead: object i is created at start + i/R s, each create in a task of its own, and the
+report lists when each was sent and how late each was fired); ``create-handled`` POSTs
 them as if a framework had handled them already (with the last-handled-configuration annotation
 both frameworks write, see ``handled_annotation``), so that a framework started over them has
 nothing to do; ``patch`` sends each
@@ -95,6 +97,8 @@ class Job:
         self.errors: Counter[str] = Counter()
         self.retries = 0
         self.samples: list[str] = []
+        self.sent: dict[str, float] = {}  # open loop: when each create was fired (monotonic)
+        self.lags: list[float] = []  # open loop: seconds each create was fired late
 
     def take(self) -> int | None:
         if self.next_index >= self.args.count:
@@ -143,6 +147,7 @@ class Job:
                 "started": started,
                 "finished": finished,
                 "cpu": cpu,
+                **({"sent": self.sent, "lags": self.lags} if self.args.rate else {}),
             }
         )
 
@@ -194,6 +199,23 @@ async def run_httpx2(job: Job, cluster: Cluster) -> None:
                 for method, path, body, ctype in job.requests(index):
                     await send(method, path, body, ctype)
 
+        async def fire(index: int) -> None:
+            job.sent[job.name(index)] = time.monotonic()
+            for method, path, body, ctype in job.requests(index):
+                await send(method, path, body, ctype)
+
+        async def open_loop(nursery: trio.Nursery, started: float) -> None:
+            # Each create is fired at its own time, in a task of its own: a slow answer to one
+            # never delays the next (an open loop). The lag behind the schedule is recorded.
+            # The schedule is on trio's clock (what sleep_until understands), the times sent
+            # on CLOCK_MONOTONIC (what the harness compares them with).
+            rate = job.args.rate
+            for index in range(job.args.count):
+                at = started + index / rate
+                await trio.sleep_until(at)
+                job.lags.append(trio.current_time() - at)
+                nursery.start_soon(fire, index)
+
         async def warm() -> None:
             # A non-resource URL: it opens a connection without touching the counted resource.
             await client.get("/version")
@@ -208,8 +230,11 @@ async def run_httpx2(job: Job, cluster: Cluster) -> None:
         cpu0 = time.process_time()
         started = time.monotonic()
         async with trio.open_nursery() as nursery:
-            for _ in range(concurrency):
-                nursery.start_soon(worker)
+            if job.args.rate:
+                await open_loop(nursery, trio.current_time())
+            else:
+                for _ in range(concurrency):
+                    nursery.start_soon(worker)
         finished = time.monotonic()
         job.report(started, finished, time.process_time() - cpu0, ready_at)
 
@@ -280,10 +305,18 @@ def main() -> None:
     parser.add_argument("--count", type=int, required=True)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--client", choices=["httpx2", "aiohttp"], default="httpx2")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="create: an open loop, one object every 1/RATE s, each in its own task (httpx2)",
+    )
     parser.add_argument("--kubeconfig", default=None)
     parser.add_argument("--wait", action="store_true", help="wait for a line on stdin to start")
     args = parser.parse_args()
 
+    if args.rate and (args.client != "httpx2" or args.mode != "create"):
+        parser.error("--rate is for create with the httpx2 client")
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         cluster = load_cluster(args.kubeconfig, tmp_dir=tmp)
         job = Job(args)

@@ -13,6 +13,16 @@ from typing import Any
 
 NAMES = {"trioperator": "trioperator", "kopf": "Kopf"}
 
+FWS = ("trioperator", "kopf")
+
+ORDER_ROWS = [
+    ("handling order vs. creation order: Spearman's rho (1 = same order)", "spearman", 3),
+    ("handling order vs. creation order: Kendall's tau", "kendall", 3),
+    ("handling order: displacement p95, positions", "displacement_p95", 0),
+    ("handling order: displacement max, positions", "displacement_max", 0),
+]
+"""How far the order in which objects are seen handled departs from the order of creation."""
+
 
 def _values(runs: Iterable[dict[str, Any]], get: Callable[[dict[str, Any]], Any]) -> list[float]:
     values = []
@@ -105,6 +115,9 @@ def _plan(cfg: dict[str, Any]) -> str:
         )
     if cfg.get("shutdown_size"):
         parts.append(f"shutdown {cfg['shutdown_size']} x {cfg.get('shutdown_repeat')}")
+    if cfg.get("open_size") and cfg.get("open_rates"):
+        rates = ", ".join(f"{r:g}" for r in cfg["open_rates"])
+        parts.append(f"open loop {cfg['open_size']} at {rates}/s x {cfg.get('open_repeat')}")
     return "; ".join(parts)
 
 
@@ -160,6 +173,8 @@ def _burst(results: dict[str, Any], n: int, variant: str, frameworks: list[str])
         label: str, get: Callable[[dict[str, Any]], Any], digits: int = 1, with_ratio: bool = True
     ) -> None:
         vals = [_values(runs[fw], get) for fw in frameworks]
+        if not any(vals):
+            return  # a figure these runs do not have (e.g. results of an older harness)
         cells = [cell(v, digits) for v in vals]
         extra = [ratio(vals[0], vals[1]) if with_ratio and len(vals) == 2 else ""]
         rows.append([label, *cells, *extra] if len(frameworks) == 2 else [label, *cells])
@@ -175,6 +190,9 @@ def _burst(results: dict[str, Any], n: int, variant: str, frameworks: list[str])
     row(f"seconds to handle all {n}", lambda r: r["seconds"], 2)
     row("per-object latency p50, s (seen created to handled)", lambda r: r["latency_p50_s"], 2)
     row("per-object latency p95, s", lambda r: r["latency_p95_s"], 2)
+    row("per-object latency p99, s", lambda r: r["latency_p99_s"], 2)
+    for label, key, digits in ORDER_ROWS:
+        row(label, lambda r, k=key: r["order"][k], digits, with_ratio=False)
     row("creators' objects/s while the operator runs", lambda r: r["create_per_s"])
     row("operator CPU s during the burst (lower is better)", lambda r: r["cpu_s"], 2)
     row("operator CPU ms per object", lambda r: r["cpu_ms_per_object"], 2)
@@ -210,6 +228,43 @@ def _burst(results: dict[str, Any], n: int, variant: str, frameworks: list[str])
         header.append(f"{NAMES[frameworks[0]]}/{NAMES[frameworks[1]]}")
     title = f"### Burst: {n} objects, {variant} handler"
     return [title, "", *_table(header, rows), ""]
+
+
+def _open_loop(results: dict[str, Any], frameworks: list[str]) -> list[str]:
+    """Steady load: per rate, the latency from sending a create to seeing the object handled."""
+    runs = results["runs"].get("open", [])
+    lines: list[str] = []
+    for rate in sorted({r["rate"] for r in runs}):
+        group = [r for r in runs if r["rate"] == rate]
+        n = max(r["n"] for r in group)
+        spec: list[Row] = [
+            ("latency p50, s (create sent to seen handled)", lambda r: r["latency_p50_s"], 3, True),
+            ("latency p95, s", lambda r: r["latency_p95_s"], 3, True),
+            ("latency p99, s", lambda r: r["latency_p99_s"], 3, True),
+            ("latency max, s", lambda r: r["latency_max_s"], 3, True),
+            ("of which: create sent to seen created, p50, s", lambda r: r["seen_p50_s"], 3, False),
+            ("of which: create sent to seen created, p95, s", lambda r: r["seen_p95_s"], 3, False),
+        ]
+        spec += [(label, lambda r, k=key: r["order"][k], d, False) for label, key, d in ORDER_ROWS]
+        spec += [
+            ("operator CPU, % of one core", lambda r: r["cpu_percent"], 1, True),
+            ("operator CPU ms per object", lambda r: r["cpu_ms_per_object"], 2, True),
+            ("operator peak RSS, MiB (VmHWM)", lambda r: r["peak_rss_mib"], 0, True),
+            ("API calls per object: total", lambda r: r["calls_total_per_object"], 2, True),
+            ("creates/s achieved (the schedule's rate)", lambda r: r["achieved_rate"], 1, False),
+            (
+                "schedule lag p99, ms (a create fired late)",
+                lambda r: r["schedule_lag_p99_s"] * 1000,
+                1,
+                False,
+            ),
+            ("schedule lag max, ms", lambda r: r["schedule_lag_max_s"] * 1000, 1, False),
+            ("noise: other processes' CPU, cores", lambda r: r["cores_other"], 2, False),
+        ]
+        lines += [f"### Steady load: {n:,} objects created at {rate:g}/s (open loop)", ""]
+        lines += _compare(group, frameworks, spec)
+        lines.append("")
+    return lines
 
 
 def _restart(results: dict[str, Any], n: int, frameworks: list[str]) -> list[str]:
@@ -569,7 +624,10 @@ def _median_of(
 
 
 def _goals(results: dict[str, Any]) -> list[str]:
-    """Each goal of issues #6 and #5 with the measured value: met / not met."""
+    """Each goal of issue #15 (and the earlier ones of #6 and #5 it keeps) with the measured
+    value: met / not met. The raw-client ceiling is not a goal (the API server and the creators
+    share the cores with the operator, so no operator can reach it here); it stays in the
+    details as context."""
     runs = results.get("runs", {})
     rows: list[list[str]] = []
 
@@ -598,77 +656,99 @@ def _goals(results: dict[str, Any]) -> list[str]:
             met = ours == 0
         rows.append([issue, goal, measured, verdict(met)])
 
+    def cpu_and_calls(what: str, group: list[dict[str, Any]]) -> None:
+        """CPU per object <= 0.4x Kopf's, with no more API calls per object than Kopf makes
+        (a hundredth of a call per object allowed: the watch reconnections of a busy run)."""
+        goal = f"{what}: CPU per handled object <= 0.4x Kopf's, same API calls per object"
+        cpu = [_median_of(group, fw, lambda r: r["cpu_ms_per_object"]) for fw in FWS]
+        calls = [_median_of(group, fw, lambda r: r["calls_total_per_object"]) for fw in FWS]
+        ours, theirs = cpu
+        our_calls, their_calls = calls
+        if ours is None or theirs is None or our_calls is None or their_calls is None:
+            rows.append(["#15", goal, "not measured", "-"])
+            return
+        share = ours / theirs if theirs else float("inf")
+        measured = (
+            f"{ours:.2f} vs {theirs:.2f} ms ({share:.2f}x); "
+            f"calls {our_calls:.2f} vs {their_calls:.2f}"
+        )
+        met = share <= 0.4 and our_calls <= their_calls + 0.01
+        rows.append(["#15", goal, measured, verdict(met)])
+
     bursts = runs.get("burst", [])
     groups = sorted({(r["n"], r["variant"]) for r in bursts if "variant" in r})
     for n, variant in groups:
         group = [r for r in bursts if r["n"] == n and r.get("variant") == variant]
-        ceilings, _ = _ceilings_near(results, n)
-        best = max((_median(v) or 0 for v in ceilings.values()), default=0)
-        ours = _median_of(group, "trioperator", lambda r: r["objects_per_s"])
-        what = f"burst {n:,} ({variant}): objects/s >= the two-patch ceiling"
-        if ours is None or not best:
-            rows.append(["#6", what, "not measured", "-"])
-        else:
-            rows.append(
-                [
-                    "#6",
-                    what,
-                    f"{ours:.1f} vs {best:.1f} objects/s ({ours / best:.0%})",
-                    verdict(ours >= best),
-                ]
-            )
-    for n, variant in groups:
-        group = [r for r in bursts if r["n"] == n and r.get("variant") == variant]
-        versus(
-            "#6",
-            f"burst {n:,} ({variant}): CPU per object <= 0.4x Kopf",
-            group,
-            lambda r: r["cpu_ms_per_object"],
-            0.4,
-            "ms",
-            2,
-        )
-    for n, variant in groups:
-        group = [r for r in bursts if r["n"] == n and r.get("variant") == variant]
-        versus(
-            "#6",
-            f"burst {n:,} ({variant}): API calls per object <= Kopf's",
-            group,
-            lambda r: r["calls_total_per_object"],
-            1.0,
-            "calls",
-            2,
-        )
+        cpu_and_calls(f"burst {n:,} ({variant})", group)
     takeovers = runs.get("takeover", [])
     for n in sorted({r["n"] for r in takeovers}):
         group = [r for r in takeovers if r["n"] == n]
-        versus(
-            "#6",
-            f"taking over {n:,} never-handled objects: peak RSS <= 0.4x Kopf",
-            group,
-            lambda r: r["peak_rss_mib"],
-            0.4,
-            "MiB",
-            0,
-        )
-        versus(
-            "#6",
-            f"taking over {n:,} never-handled objects: CPU per object <= 0.4x Kopf",
-            group,
-            lambda r: r["cpu_ms_per_object"],
-            0.4,
-            "ms",
-            2,
-        )
+        cpu_and_calls(f"taking over {n:,} objects", group)
+
+    open_runs = runs.get("open", [])
+    rates = sorted({r["rate"] for r in open_runs})
+    if not rates:
+        for goal in ("at 160/s: latency p95 <= 0.3x Kopf's", "at any rate: latency p95 <= Kopf's"):
+            rows.append(["#15", f"open loop {goal}", "not measured", "-"])
+    top = rates[-1] if rates else None
+    for rate in rates:
+        group = [r for r in open_runs if r["rate"] == rate]
+        p95 = [_median_of(group, fw, lambda r: r["latency_p95_s"]) for fw in FWS]
+        goals = [("<= Kopf's", 1.0)]
+        if rate == top:
+            goals.insert(0, ("<= 0.3x Kopf's", 0.3))
+        for words, limit in goals:
+            goal = f"open loop at {rate:g}/s: latency p95 {words}"
+            if p95[0] is None or p95[1] is None or not p95[1]:
+                rows.append(["#15", goal, "not measured", "-"])
+                continue
+            measured = f"{p95[0]:.3f} vs {p95[1]:.3f} s ({p95[0] / p95[1]:.2f}x)"
+            rows.append(["#15", goal, measured, verdict(p95[0] <= limit * p95[1])])
+
+    starts = [*bursts, *open_runs]
+    versus(
+        "#15",
+        "start-up to first handled object <= Kopf's",
+        starts,
+        lambda r: r["startup_s"],
+        1.0,
+        "s",
+        2,
+    )
+
+    background = runs.get("background", [])
+    for n in sorted({r["n"] for r in background}):
+        group = [r for r in background if r["n"] == n]
+        ours = _median_of(group, "trioperator", lambda r: r["window_cpu_percent"])
+        theirs = _median_of(group, "kopf", lambda r: r["window_cpu_percent"])
+        what = f"{n:,} daemons + timers at rest: < 1% of one core"
+        if ours is None:
+            rows.append(["#15", what, "not measured", "-"])
+        else:
+            kopf = f" (Kopf: {theirs:.2f}%)" if theirs is not None else ""
+            rows.append(["#15", what, f"{ours:.2f}% of one core{kopf}", verdict(ours < 1.0)])
+
     restarts = [r for r in runs.get("restart", []) if "n" in r]
     for n in sorted({r["n"] for r in restarts}):
         group = [r for r in restarts if r["n"] == n]
         versus(
-            "#6",
-            f"steady RSS with {n:,} handled objects <= 0.6x Kopf",
+            "#15" if n == 2000 else "#6",
+            f"steady RSS with {n:,} handled objects <= 0.6x Kopf's",
             group,
             lambda r: r["steady_rss_mib"],
             0.6,
+            "MiB",
+            0,
+        )
+    # Earlier goals that #15 keeps as they were.
+    for n in sorted({r["n"] for r in takeovers}):
+        group = [r for r in takeovers if r["n"] == n]
+        versus(
+            "#6",
+            f"taking over {n:,} never-handled objects: peak RSS <= 0.4x Kopf's",
+            group,
+            lambda r: r["peak_rss_mib"],
+            0.4,
             "MiB",
             0,
         )
@@ -683,7 +763,6 @@ def _goals(results: dict[str, Any]) -> list[str]:
             "ms",
             0,
         )
-    background = runs.get("background", [])
     for n in sorted({r["n"] for r in background}):
         group = [r for r in background if r["n"] == n]
         versus(
@@ -695,14 +774,6 @@ def _goals(results: dict[str, Any]) -> list[str]:
             "MiB",
             0,
         )
-        ours = _median_of(group, "trioperator", lambda r: r["window_cpu_percent"])
-        theirs = _median_of(group, "kopf", lambda r: r["window_cpu_percent"])
-        what = f"near-zero CPU with {n:,} daemons + timers (< 1% of one core)"
-        if ours is None:
-            rows.append(["#5", what, "not measured", "-"])
-        else:
-            kopf = f" (Kopf: {theirs:.2f}%)" if theirs is not None else ""
-            rows.append(["#5", what, f"{ours:.2f}% of one core{kopf}", verdict(ours < 1.0)])
     if not rows:
         return []
     header = [
@@ -717,8 +788,13 @@ def _goals(results: dict[str, Any]) -> list[str]:
         *_table(header, rows, left=4),
         "",
         "Medians over the repetitions below; a goal is met when the ratio of the medians is within "
-        'the limit. "Well below" (#5) is taken as at most 0.6x, "near-zero" as under 1% of one '
-        "core including the timers' runs.",
+        "the limit. CPU per object is the operator's CPU (utime+stime) per handled object; the "
+        "API calls per object may exceed Kopf's by 0.01 at most (a watch reconnection of a busy "
+        "run). Start-up: from the process start to the first object seen handled, over every "
+        "burst and open-loop run. At rest: the window (--background-window) with all daemons "
+        'running and the timers firing. "Well below" (#5) is taken as at most 0.6x. The raw-client '
+        "ceiling (details) is context, not a goal: the API server and the load generator share "
+        "the 2 cores with the operator, so no operator reaches it here.",
         "",
     ]
 
@@ -768,6 +844,7 @@ def render(results: dict[str, Any]) -> str:
         for variant in variants:
             lines += _burst(results, n, variant, frameworks)
         lines += _restart(results, n, frameworks)
+    lines += _open_loop(results, frameworks)
     lines += _takeover(results, frameworks)
     lines += _steady(results, frameworks)
     lines += _background(results, frameworks)

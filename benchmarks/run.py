@@ -71,7 +71,7 @@ KUBE_BUILT = (
 )
 KOPF_VENV = CACHE / f"kopf-{KOPF_VERSION}-venv"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-RUN_KINDS = ("ceiling", "burst", "restart", "takeover", "background", "shutdown")
+RUN_KINDS = ("ceiling", "burst", "open", "restart", "takeover", "background", "shutdown")
 RESOURCES_COUNTED = {(GROUP, PLURAL), ("", "events"), ("events.k8s.io", "events")}
 
 
@@ -641,6 +641,54 @@ def check_handled_by(result: dict[str, Any], watch: HandledWatch, framework: str
         result["error"] = f"objects handled by someone else: {wrong}"
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def _inversions(sequence: list[int]) -> int:
+    """Pairs out of order (i < j, sequence[i] > sequence[j]), by merge sort: O(n log n)."""
+    if len(sequence) < 2:
+        return 0
+    middle = len(sequence) // 2
+    left, right = sequence[:middle], sequence[middle:]
+    count = _inversions(left) + _inversions(right)
+    left.sort()
+    right.sort()
+    j = 0
+    for item in left:
+        while j < len(right) and right[j] < item:
+            j += 1
+        count += j
+    return count
+
+
+def order_figures(arrived: dict[str, float], handled: dict[str, float]) -> dict[str, Any]:
+    """How far the order of handling departs from the order of arrival (creation).
+
+    Both orders are ranks of the same objects (by the time each was created, resp. seen
+    handled). Spearman's rho and Kendall's tau: 1 = handled exactly in creation order,
+    0 = no relation, -1 = reversed. Displacement: |handled rank - created rank| in positions."""
+    names = [k for k in arrived if k in handled]
+    n = len(names)
+    if n < 2:
+        return {}
+    created_rank = {k: i for i, k in enumerate(sorted(names, key=lambda k: (arrived[k], k)))}
+    by_handled = sorted(names, key=lambda k: (handled[k], created_rank[k]))
+    ranks = [created_rank[k] for k in by_handled]  # created ranks, in the order handled
+    displacement = sorted(abs(i - r) for i, r in enumerate(ranks))
+    d2 = sum((i - r) ** 2 for i, r in enumerate(ranks))
+    pairs = n * (n - 1) // 2
+    return {
+        "spearman": 1 - 6 * d2 / (n * (n * n - 1)),
+        "kendall": 1 - 2 * _inversions(ranks) / pairs,
+        "displacement_max": displacement[-1],
+        "displacement_p95": displacement[min(n - 1, int(n * 0.95))],
+        "displacement_p50": displacement[n // 2],
+    }
+
+
 # ------------------------------------------------------------------------------ the benchmark
 @dataclasses.dataclass
 class Config:
@@ -653,6 +701,7 @@ class Config:
     creators: int
     ceiling_concurrency: int
     ceiling_sizes: list[int]
+    ceiling_repeat: int  # at most this many of the burst repetitions have a ceiling run
     restart: bool  # restart + idle after each burst with the first variant
     idle: float
     takeover_idle: float  # the idle window of the restart after the takeover
@@ -665,6 +714,9 @@ class Config:
     background_window: float
     shutdown_size: int
     shutdown_repeat: int
+    open_rates: list[float]  # objects/s of the open-loop runs ([]: none)
+    open_size: int
+    open_repeat: int
     ceiling: bool
     decode: bool
     decode_events: int
@@ -987,6 +1039,7 @@ class Bench:
                             del by_verb[verb]
                     calls["harness"] = dict(harness)
                     elapsed = done_at - t0
+                    mine = {k: t for k, t in watch.handled.items() if k.startswith(prefix)}
                     result.update(
                         ok=True,
                         seconds=elapsed,
@@ -995,6 +1048,10 @@ class Bench:
                         latency_p95_s=latencies[
                             min(len(latencies) - 1, int(len(latencies) * 0.95))
                         ],
+                        latency_p99_s=percentile(latencies, 0.99),
+                        # The creators' order is the names' order (32 at a time), which the
+                        # harness's watch sees as ADDED events: that is the arrival order.
+                        order=order_figures({k: watch.added[k] for k in mine}, mine),
                         cpu_s=cpu1 - cpu0,
                         cpu_s_until_handled=cpu_done - cpu0,
                         cpu_ms_per_object=(cpu1 - cpu0) * 1000 / n,
@@ -1012,6 +1069,118 @@ class Bench:
                     result["log_findings"] = log_findings(log_path)
                 if restart and result["ok"]:
                     await self.restart_run(framework, variant, n, rep, watch)
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            record_failure(result, exc)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.api.delete_all_objects(self.namespace)
+
+    async def open_run(self, framework: str, rate: float, n: int, rep: int) -> None:
+        """Steady load: N objects created on a fixed schedule (one every 1/rate s, each create
+        fired at its time whatever the earlier ones do: an open loop) while the operator runs;
+        per object, the time from sending its create to the harness seeing it handled."""
+        label = f"{framework}-open{rate:g}-n{n}-r{rep}"
+        prefix = f"o{rep}{framework[0]}{int(rate)}-"
+        result: dict[str, Any] = {
+            "framework": framework,
+            "variant": "async",
+            "rate": rate,
+            "n": n,
+            "repeat": rep,
+            "ok": False,
+        }
+        self.results["open"].append(result)
+        log(f"{label}: {n} objects at {rate:g}/s (open loop)")
+        cfg = self.config
+        watch = HandledWatch(self.api, self.namespace)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(watch.run)
+                operator = await self.start_operator(framework, "async", label)
+                process, log_path = operator
+                result["log"] = str(log_path)
+                spawned = time.monotonic()
+                try:
+                    await self.sentinel(operator, watch, within=120)
+                    result["startup_s"] = time.monotonic() - spawned
+                    m0, cpu0, _ = await self.settle(process.pid)
+                    harness0 = Counter(watch.harness_calls)
+                    timeout = 60 + n / rate + n * cfg.timeout_factor
+                    # Enough connections that the creates never wait for one at these rates.
+                    argv = self.load_argv("httpx2", "create", prefix.rstrip("-"), n, 64)
+                    argv += ["--rate", str(rate)]
+                    async with self.load(argv, label) as (loader, reader):
+                        await self.load_ready(reader, label)
+                        account = CpuAccount(
+                            {"operator": process.pid, "load": loader.pid, **cfg.cluster_pids}
+                        )
+                        usage0 = account.sample()
+                        assert loader.stdin is not None
+                        await loader.stdin.send_all(b"go\n")
+                        reports: list[dict[str, Any]] = []
+
+                        async def collect() -> None:
+                            reports.append(await self.load_done(reader, timeout))
+
+                        async with trio.open_nursery() as side:
+                            side.start_soon(collect)
+                            await self.wait_until(
+                                lambda: watch.count(prefix) >= n,
+                                within=timeout,
+                                what=f"all {n} objects to be handled",
+                                operator=operator,
+                                progress=lambda: f"{watch.count(prefix)} handled so far",
+                            )
+                            usage = CpuAccount.delta(usage0, account.sample())
+                        await self.load_exit(loader)
+                    created = reports[0]
+                    m1, cpu1, _ = await self.settle(process.pid)
+                    memory = proc_memory(process.pid)
+                    sent: dict[str, float] = created["sent"]
+                    mine = {k: t for k, t in watch.handled.items() if k.startswith(prefix)}
+                    latencies = sorted(mine[k] - sent[k] for k in mine if k in sent)
+                    lags = sorted(created["lags"])
+                    # The API server's part: from sending the create to the watch seeing it.
+                    seen = sorted(watch.added[k] - sent[k] for k in mine if k in sent)
+                    calls = self.calls_by_operator(m1, m0, watch, harness0)
+                    calls["by_verb"]["POST"] = calls["by_verb"].get("POST", 0) - n
+                    if not calls["by_verb"]["POST"]:
+                        del calls["by_verb"]["POST"]
+                    span = created["finished"] - created["started"]
+                    result.update(
+                        ok=not created["errors"],
+                        create_errors=created["errors"],
+                        achieved_rate=n / span if span > 0 else None,
+                        schedule_lag_p50_s=percentile(lags, 0.5),
+                        schedule_lag_p99_s=percentile(lags, 0.99),
+                        schedule_lag_max_s=lags[-1],
+                        latency_p50_s=percentile(latencies, 0.5),
+                        latency_p95_s=percentile(latencies, 0.95),
+                        latency_p99_s=percentile(latencies, 0.99),
+                        latency_max_s=latencies[-1],
+                        seen_p50_s=percentile(seen, 0.5),
+                        seen_p95_s=percentile(seen, 0.95),
+                        order=order_figures({k: sent[k] for k in mine if k in sent}, mine),
+                        cpu_s=cpu1 - cpu0,
+                        cpu_ms_per_object=(cpu1 - cpu0) * 1000 / n,
+                        cpu_percent=(cpu1 - cpu0) * 100 / usage["elapsed"],
+                        **handled_figures(n, memory, calls, watch, usage),
+                    )
+                    check_handled_by(result, watch, framework)
+                    order = result["order"]
+                    log(
+                        f"  {framework} at {rate:g}/s: latency p50/p95/p99 "
+                        f"{result['latency_p50_s']:.3f}/{result['latency_p95_s']:.3f}/"
+                        f"{result['latency_p99_s']:.3f} s, CPU "
+                        f"{result['cpu_ms_per_object']:.2f} ms/object, order: Spearman "
+                        f"{order.get('spearman', 0):.3f}, max displacement "
+                        f"{order.get('displacement_max')}, schedule lag p99 "
+                        f"{result['schedule_lag_p99_s'] * 1000:.1f} ms"
+                    )
+                finally:
+                    result.update(await stop_process(process))
+                    result["log_findings"] = log_findings(log_path)
                 nursery.cancel_scope.cancel()
         except BaseException as exc:
             record_failure(result, exc)
@@ -1372,7 +1541,7 @@ class Bench:
         for n, repeat in zip(cfg.sizes, cfg.repeats, strict=True):
             variants = cfg.variants if n == cfg.sizes[0] else cfg.big_variants
             for rep in range(repeat):
-                if cfg.ceiling and n in cfg.ceiling_sizes:
+                if cfg.ceiling and n in cfg.ceiling_sizes and rep < cfg.ceiling_repeat:
                     with self.timed(f"ceiling {n}"):
                         for client in cfg.clients:
                             await self.ceiling_run(client, n, rep)
@@ -1381,6 +1550,11 @@ class Bench:
                         for variant in variants:
                             restart = cfg.restart and variant == variants[0]
                             await self.burst_run(framework, variant, n, rep, restart)
+        for rep in range(cfg.open_repeat if cfg.open_size else 0):
+            for rate in cfg.open_rates:
+                with self.timed(f"open loop {rate:g}/s"):
+                    for framework in self.order(rep):
+                        await self.open_run(framework, rate, cfg.open_size, rep)
         for rep in range(cfg.shutdown_repeat if cfg.shutdown_size else 0):
             with self.timed(f"shutdown {cfg.shutdown_size}"):
                 for framework in self.order(rep):
@@ -1663,7 +1837,11 @@ DEFAULTS = {
     "background_repeat": (1, 1),
     "background_window": (60.0, 15.0),
     "shutdown_size": (100, 50),
-    "shutdown_repeat": (2, 1),
+    "shutdown_repeat": (1, 1),
+    "ceiling_repeat": (1, 1),
+    "open_rates": ("40,120,160", "40,120,160"),
+    "open_size": (2400, 600),
+    "open_repeat": (1, 1),
 }
 
 
@@ -1683,11 +1861,19 @@ def estimate(args: argparse.Namespace) -> list[tuple[str, float]]:
         variants = args.variants if n == args.sizes[0] else args.big_variants
         if not args.no_ceiling and n in args.ceiling_sizes:
             ceiling = len(args.clients) * (6 + n * (create + 1 / 60 + delete))
-            parts.append((f"ceiling {n} x {repeat}", repeat * ceiling))
+            times = min(repeat, args.ceiling_repeat)
+            parts.append((f"ceiling {n} x {times}", times * ceiling))
         burst = 12 + n * (handle + delete)
         runs = repeat * fws * len(variants)
         extra = repeat * fws * restart(n) if args.restart_after_burst else 0
         parts.append((f"burst {n} {'+'.join(variants)} x {repeat}", runs * burst + extra))
+    if args.open_size and args.open_repeat:
+        for rate in args.open_rates:
+            n = args.open_size
+            one = 15 + n / rate + n * delete
+            parts.append(
+                (f"open loop {n} at {rate:g}/s x {args.open_repeat}", args.open_repeat * fws * one)
+            )
     if args.shutdown_size and args.shutdown_repeat:
         n = args.shutdown_size
         one = 2 * (5 + n * (create + handle + delete))
@@ -1757,6 +1943,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     group.add_argument(
         "--ceiling-sizes", default=None, help="sizes with a ceiling run (the first burst size)"
     )
+    group.add_argument(
+        "--ceiling-repeat",
+        type=int,
+        default=None,
+        help="repetitions of the ceiling, at most one per burst repetition (1)",
+    )
     group.add_argument("--no-ceiling", action="store_true", help="skip the raw-client ceiling")
     group = parser.add_argument_group("takeover, steady state, daemons, shutdown (0: skip)")
     group.add_argument(
@@ -1803,7 +1995,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="handled objects, and objects with daemons, for the graceful-stop runs (100)",
     )
-    group.add_argument("--shutdown-repeat", type=int, default=None, help="(2)")
+    group.add_argument("--shutdown-repeat", type=int, default=None, help="(1)")
+    group = parser.add_argument_group("open loop: objects created at a fixed rate")
+    group.add_argument(
+        "--open-rates", default=None, help='objects/s, one run each (40,120,160; "": skip)'
+    )
+    group.add_argument(
+        "--open-size", type=int, default=None, help="objects per open-loop run (2400)"
+    )
+    group.add_argument("--open-repeat", type=int, default=None, help="(1)")
     parser.add_argument(
         "--no-decode", action="store_true", help="skip the decoding micro-benchmark"
     )
@@ -1859,6 +2059,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.sizes = int_list(args.sizes)
         repeats = int_list(args.repeat)
         args.steady_sizes = int_list(args.steady_sizes)
+        args.open_rates = [float(x) for x in args.open_rates.split(",") if x.strip()]
         args.ceiling_sizes = int_list(args.ceiling_sizes) if args.ceiling_sizes else args.sizes[:1]
     except ValueError as exc:
         parser.error(f"not a comma-separated list of numbers: {exc}")
@@ -1873,8 +2074,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     numbers += [args.takeover_size, args.takeover_repeat, args.steady_repeat]
     numbers += [args.background_size, args.background_repeat, args.background_window]
     numbers += [args.shutdown_size, args.shutdown_repeat, args.idle, args.takeover_idle]
+    numbers += [args.open_size, args.open_repeat, args.ceiling_repeat]
     if any(x < 0 for x in numbers):
         parser.error("sizes, repetitions and windows cannot be negative")
+    if any(x <= 0 for x in args.open_rates):
+        parser.error("--open-rates: rates must be positive")
     for option, allowed in (
         ("frameworks", FRAMEWORKS),
         ("variants", VARIANTS),
@@ -1923,6 +2127,20 @@ async def _signals_to_interrupt() -> None:
             raise Interrupted(signal.Signals(signum).name)
 
 
+KEPT_MARKER = "<!-- kept: the sections below are not made by run.py; it keeps them -->"
+
+
+def kept_sections(path: Path) -> str:
+    """What follows KEPT_MARKER in an existing RESULTS.md (figures of other scripts, e.g.
+    bench_storms.py), to be kept when the tables above it are written again."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    _, marker, rest = text.partition(KEPT_MARKER)
+    return f"\n{marker}{rest}" if marker else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Ctrl-C must reach us even if started with SIGINT ignored (e.g. `cmd &` in a script).
@@ -1966,6 +2184,7 @@ def main(argv: list[str] | None = None) -> int:
             creators=args.creators,
             ceiling_concurrency=args.ceiling_concurrency,
             ceiling_sizes=args.ceiling_sizes,
+            ceiling_repeat=args.ceiling_repeat,
             restart=args.restart_after_burst,
             idle=args.idle,
             takeover_idle=args.takeover_idle,
@@ -1978,6 +2197,9 @@ def main(argv: list[str] | None = None) -> int:
             background_window=args.background_window,
             shutdown_size=args.shutdown_size,
             shutdown_repeat=args.shutdown_repeat,
+            open_rates=args.open_rates,
+            open_size=args.open_size,
+            open_repeat=args.open_repeat,
             ceiling=not args.no_ceiling,
             decode=not args.no_decode,
             decode_events=2000 if args.quick else 5000,
@@ -2021,7 +2243,7 @@ def main(argv: list[str] | None = None) -> int:
     out = work_dir if interrupted or "error" in results else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    (out / "RESULTS.md").write_text(markdown)
+    (out / "RESULTS.md").write_text(markdown + kept_sections(out / "RESULTS.md"))
     print(markdown)
     log(
         f"wrote {out / 'RESULTS.md'} and {out / 'results.json'} "

@@ -82,13 +82,13 @@ from trioperator._engine.webhooks import WebhookClientConfig as WebhookClientCon
 from trioperator._engine.webhooks import WebhookClientConfigService as WebhookClientConfigService
 from trioperator._engine.webhooks import WebhookFn as WebhookFn
 from trioperator._engine.webhooks import WebhookServerProtocol as WebhookServerProtocol
+from trioperator._kits.errors import MissingDependencyError as MissingDependencyError
 from trioperator._kits.hierarchies import adjust_namespace as adjust_namespace
 from trioperator._kits.hierarchies import adopt as adopt
 from trioperator._kits.hierarchies import append_owner_reference as append_owner_reference
 from trioperator._kits.hierarchies import harmonize_naming as harmonize_naming
 from trioperator._kits.hierarchies import label as label
 from trioperator._kits.hierarchies import remove_owner_reference as remove_owner_reference
-from trioperator._kits.webhooks import MissingDependencyError as MissingDependencyError
 from trioperator._kits.webhooks import WebhookAutoServer as WebhookAutoServer
 from trioperator._kits.webhooks import WebhookAutoTunnel as WebhookAutoTunnel
 from trioperator._kits.webhooks import WebhookDockerDesktopServer as WebhookDockerDesktopServer
@@ -97,7 +97,7 @@ from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeS
 from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
 from trioperator._kits.webhooks import WebhookServer as WebhookServer
 from trioperator._kits.webhooks import WebhookServiceServer as WebhookServiceServer
-from trioperator._runtime.daemons import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
+from trioperator._runtime.daemon_flags import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
 from trioperator._runtime.embedding import run_tasks as run_tasks

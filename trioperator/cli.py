@@ -50,7 +50,7 @@ from trioperator._runtime.freezing import PeeringCommandError, Touched, touch_pe
 from trioperator._runtime.loading import OperatorCodeError, load_operator_code
 from trioperator._runtime.logsetup import CHATTY_LOGGERS, configure
 from trioperator._runtime.operator import Operator, check_endpoints
-from trioperator._runtime.probing import parse_endpoint
+from trioperator._util.endpoints import parse_endpoint
 from trioperator._version import __version__
 
 app = App(
@@ -168,10 +168,7 @@ def run(
         an asyncio-only library (aiohttp, kubernetes_asyncio, ...), trio for the rest. A
         handler's own flavor= option wins. Sets settings.execution.async_flavor.
     """
-    # Each value is one pattern: commas inside it are part of Kopf's glob syntax.
-    namespaces = list(parse_namespace_options(namespace or []))
-    if namespaces and all_namespaces:
-        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    namespaces = _namespaces(namespace, all_namespaces=all_namespaces)
     if standalone and peering is not None:
         # Kopf accepts this and then pauses forever (a mandatory peering it never looks for).
         raise UsageError("Either --standalone or --peering, not both.")
@@ -338,9 +335,7 @@ def _peering_command(
     lifetime: int,
     message: str | None,
 ) -> int:
-    namespaces = list(parse_namespace_options(namespace or []))
-    if namespaces and all_namespaces:
-        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    namespaces = _namespaces(namespace, all_namespaces=all_namespaces)
     if not peering.strip():
         raise UsageError("--peering needs the name of a peering object.")
     if id is not None and not id.strip():
@@ -384,6 +379,15 @@ def _peering_command(
         else:
             log.warning(f"The peering object {name!r} does not exist {where}: skipped.")
     return 0
+
+
+def _namespaces(namespace: list[str] | None, *, all_namespaces: bool) -> list[str]:
+    """The patterns of the -n options (each value is one pattern: commas inside it are part of
+    Kopf's glob syntax), none for the whole cluster; -A with -n is an error."""
+    namespaces = list(parse_namespace_options(namespace or []))
+    if namespaces and all_namespaces:
+        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    return namespaces
 
 
 def _command_logging(*, verbose: bool, debug: bool, quiet: bool) -> None:
@@ -478,9 +482,7 @@ def rbac(
     name
         The name of the ClusterRole, the Roles and the bindings.
     """
-    namespaces = list(parse_namespace_options(namespace or []))
-    if namespaces and all_namespaces:
-        raise UsageError("Either --namespace or --all-namespaces, not both.")
+    namespaces = _namespaces(namespace, all_namespaces=all_namespaces)
     known: set[Resource] = set(BUILTIN_RESOURCES)
     for path in crd or []:
         known.update(_read_crds(path))

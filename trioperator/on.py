@@ -115,34 +115,9 @@ def _common(
     }
 
 
-def _filters(
-    *,
-    labels: MetaFilter | None,
-    annotations: MetaFilter | None,
-    when: WhenFilterFn | None,
-    field: FieldSpec | None,
-    value: ValueFilter,
-    old: ValueFilter = None,
-    new: ValueFilter = None,
-) -> dict[str, Any]:
-    # stacklevel=3: check_filters <- this helper <- the decorator <- the user's module.
-    real_labels, real_annotations, real_field = check_filters(
-        labels=labels,
-        annotations=annotations,
-        when=when,
-        field=field,
-        value=value,
-        old=old,
-        new=new,
-        stacklevel=3,
-    )
-    return {
-        "labels": real_labels,
-        "annotations": real_annotations,
-        "when": when,
-        "field": real_field,
-        "value": value,
-    }
+# The decorators check their filters in place: stacklevel 2 is the user's module (through the
+# partial, check_filters is called right from the decorator).
+_filters = functools.partial(check_filters, stacklevel=2)
 
 
 def _registering(

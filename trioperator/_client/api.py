@@ -22,11 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sized
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import msgspec
 import trio
 
+from trioperator._client.credentials import ConnectionInfo, Vault, VaultKey
 from trioperator._client.errors import (
     APIConnectionError,
     APIError,
@@ -40,9 +41,6 @@ from trioperator._client.errors import (
 from trioperator._client.http import HTTPResponse, HTTPSession, SessionPool
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
-
-if TYPE_CHECKING:
-    from trioperator._client.credentials import ConnectionInfo, Vault, VaultKey
 
 __all__ = ["APIClient", "Logger", "RequestObserver"]
 

@@ -50,6 +50,9 @@ from typing import NewType
 
 import trio
 
+from trioperator._client.tls import build_ssl_context
+from trioperator._util import clock
+
 VaultKey = NewType("VaultKey", str)
 
 _NO_CREDENTIALS_HINT = (
@@ -156,8 +159,6 @@ class ConnectionInfo:
         Inline certificate and key data are written to private temporary files for the moment
         of loading (Python's ``ssl`` reads them from files only) and removed right after.
         """
-        from trioperator._client.tls import build_ssl_context
-
         return build_ssl_context(self)
 
     def as_aiohttp_basic_auth(self) -> None:
@@ -209,7 +210,7 @@ def _pem_from_base64(data: bytes) -> bytes:
 
 def utcnow() -> datetime.datetime:
     """The wall-clock time against which credentials' expiration is checked."""
-    return datetime.datetime.now(datetime.UTC)
+    return clock.now()
 
 
 class Vault:

@@ -23,6 +23,7 @@ from typing import Any
 
 from trioperator._client.api import APIClient, Logger
 from trioperator._client.errors import APIClientError
+from trioperator._util import clock
 
 __all__ = [
     "CLUSTER_EVENTS_NAMESPACE",
@@ -112,7 +113,7 @@ async def post_event(
         return
     namespace = ref.get("namespace") or CLUSTER_EVENTS_NAMESPACE
     if now is None:
-        now = datetime.datetime.now(datetime.UTC)
+        now = clock.now()
     body = event_body(
         ref=ref,
         type=type,

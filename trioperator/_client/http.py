@@ -40,6 +40,7 @@ from trioperator._client.credentials import ConnectionInfo
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
 from trioperator._client.h11_transport import Origin, Proxy, TransportPool
 from trioperator._client.tls import build_proxy_ssl_context, build_ssl_context
+from trioperator._util.ordering import OrderedSlots, current_ticket
 from trioperator._version import __version__
 from trioperator._wire.watch import LineSplitter
 
@@ -57,7 +58,7 @@ logger = logging.getLogger(__name__)
 USER_AGENT = f"trioperator/{__version__}"
 
 MAX_CONCURRENT_REQUESTS = 32
-"""Regular requests in flight at once per credentials; the rest wait in a trio semaphore.
+"""Regular requests in flight at once per credentials; the rest wait, oldest work first.
 
 Bounded, so a burst of workers cannot open thousands of sockets; the idle connections kept
 for reuse match it, so a busy operator reuses connections instead of churning handshakes.
@@ -286,7 +287,7 @@ class HTTPSession:
                     origin, max_idle=_STREAM_KEEPALIVE, keepalive_expiry=_KEEPALIVE_EXPIRY
                 ),
             )
-        self._slots = trio.Semaphore(MAX_CONCURRENT_REQUESTS)
+        self._slots = OrderedSlots(MAX_CONCURRENT_REQUESTS)
         self._active = 0
         self._retired = False
         self._closed = False
@@ -325,7 +326,15 @@ class HTTPSession:
         self._enter(what)
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                async with self._slots:
+                # The oldest work first (see _util/ordering.py). Its ticket is spent on its
+                # first request: a handler's result (the first patch) is written in the order
+                # the objects came, and the follow-up writes of a cycle queue as they come, so
+                # that they do not hold back the results of the objects waiting behind.
+                ticket = current_ticket.get()
+                if ticket is not None:
+                    current_ticket.set(None)
+                await self._slots.acquire(ticket)
+                try:
                     status, response_headers, body = await self._pools_for(what)[0].request(
                         method,
                         target,
@@ -334,7 +343,9 @@ class HTTPSession:
                         content=content,
                         connect_timeout=connect_timeout,
                     )
-                    return HTTPResponse(status, response_headers, body)
+                finally:
+                    self._slots.release()
+                return HTTPResponse(status, response_headers, body)
             assert scope.cancelled_caught
             raise APITimeoutError(f"{what}: no complete response in {timeout} seconds")
         finally:

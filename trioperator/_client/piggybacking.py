@@ -71,9 +71,8 @@ def login_via_client(
             )
             log.debug("Client is configured via kubeconfig file.")
         except kubernetes.config.ConfigException as kubeconfig_exc:
-            raise LoginError(
-                f"Cannot authenticate the client library neither in-cluster "
-                f"({in_cluster_exc}), nor via kubeconfig ({kubeconfig_exc})."
+            raise _unconfigured(
+                "the client library", in_cluster_exc, kubeconfig_exc
             ) from kubeconfig_exc
 
     config = kubernetes.client.Configuration.get_default_copy()
@@ -84,6 +83,14 @@ def login_via_client(
     )
     return _from_client_configuration(
         config, header, settings=settings, priority=PRIORITY_OF_CLIENT
+    )
+
+
+def _unconfigured(library: str, in_cluster: Exception, kubeconfig: Exception) -> LoginError:
+    """The error of a client library that found neither of its two configurations."""
+    return LoginError(
+        f"Cannot authenticate {library} neither in-cluster "
+        f"({in_cluster}), nor via kubeconfig ({kubeconfig})."
     )
 
 
@@ -115,9 +122,8 @@ async def login_via_async_client(
                 await kubernetes_asyncio.config.load_kube_config(config_file=_kubeconfig_env())
                 log.debug("Async client is configured via kubeconfig file.")
             except kubernetes_asyncio.config.ConfigException as kubeconfig_exc:
-                raise LoginError(
-                    f"Cannot authenticate the async client library neither in-cluster "
-                    f"({in_cluster_exc}), nor via kubeconfig ({kubeconfig_exc})."
+                raise _unconfigured(
+                    "the async client library", in_cluster_exc, kubeconfig_exc
                 ) from kubeconfig_exc
         config = kubernetes_asyncio.client.Configuration.get_default_copy()
         header: Any = config.get_api_key_with_prefix("BearerToken")
@@ -219,10 +225,7 @@ def login_via_pykube(
             config = pykube.KubeConfig.from_file()
             log.debug("Pykube is configured via kubeconfig file.")
         except (pykube.PyKubeError, FileNotFoundError) as kubeconfig_exc:
-            raise LoginError(
-                f"Cannot authenticate pykube neither in-cluster ({in_cluster_exc}), "
-                f"nor via kubeconfig ({kubeconfig_exc})."
-            ) from kubeconfig_exc
+            raise _unconfigured("pykube", in_cluster_exc, kubeconfig_exc) from kubeconfig_exc
 
     provider_token = None
     if config.user.get("auth-provider"):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import msgspec
+
+__all__ = ["ALL_VERBS", "Resource"]
+
+ALL_VERBS: Final = frozenset({"create", "delete", "get", "list", "patch", "update", "watch"})
+"""The verbs of a built-in resource that allows everything the operator does with objects."""
 
 
 class Resource(msgspec.Struct, frozen=True, kw_only=True):

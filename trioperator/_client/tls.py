@@ -12,15 +12,34 @@ import os
 import ssl
 import tempfile
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from trioperator._client.credentials import ConnectionInfo
+from typing import Protocol
 
 logger = logging.getLogger("trioperator")
 
 
-def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
+class TLSSettings(Protocol):
+    """What a TLS context is built from: a ``ConnectionInfo`` (which builds its own context
+    through this module, hence a protocol rather than an import of it)."""
+
+    @property
+    def server(self) -> str: ...
+    @property
+    def ca_path(self) -> str | None: ...
+    @property
+    def ca_data(self) -> bytes | None: ...
+    @property
+    def insecure(self) -> bool | None: ...
+    @property
+    def certificate_path(self) -> str | None: ...
+    @property
+    def certificate_data(self) -> bytes | None: ...
+    @property
+    def private_key_path(self) -> str | None: ...
+    @property
+    def private_key_data(self) -> bytes | None: ...
+
+
+def build_ssl_context(info: TLSSettings) -> ssl.SSLContext:
     """The TLS context for a connection: cluster CA, client certificate, verification mode.
 
     With a cluster CA given, only that CA is trusted (as kubectl does); without one, the
@@ -57,7 +76,7 @@ def build_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
     return context
 
 
-def build_proxy_ssl_context(info: ConnectionInfo) -> ssl.SSLContext:
+def build_proxy_ssl_context(info: TLSSettings) -> ssl.SSLContext:
     """The TLS context for an ``https://`` proxy: the system's trust store and the cluster CA.
 
     A proxy is not the cluster: it is usually certified as any server is, but may be one of

@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from trioperator._client.resources import Resource
+from trioperator._client.resources import ALL_VERBS, Resource
 
 __all__ = ["BUILTIN_RESOURCES", "resources_from_crd"]
-
-_ALL_VERBS: Final = frozenset({"create", "delete", "get", "list", "patch", "update", "watch"})
 
 # group/version, plural, kind, short names, namespaced, has a status subresource
 _TABLE: Final[tuple[tuple[str, str, str, str, bool, bool], ...]] = (
@@ -73,7 +71,7 @@ def _builtin() -> frozenset[Resource]:
                 shortcuts=frozenset(filter(None, shortcuts.split(","))),
                 namespaced=namespaced,
                 subresources=frozenset({"status"}) if status else frozenset(),
-                verbs=_ALL_VERBS,
+                verbs=ALL_VERBS,
             )
         )
     return frozenset(resources)
@@ -122,7 +120,7 @@ def resources_from_crd(crd: Mapping[str, Any]) -> list[Resource]:
                     version.get("subresources") or spec.get("subresources") or ()
                 ),
                 preferred=bool(version.get("storage", False)),
-                verbs=_ALL_VERBS,
+                verbs=ALL_VERBS,
             )
         )
     if not resources:

@@ -17,17 +17,17 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
-if TYPE_CHECKING:
-    from trioperator._client.resources import Resource
-    from trioperator._engine.handlers import ResourceHandler
+from trioperator._client.resources import Resource
+from trioperator._engine.selectors import Selector
 
 __all__ = [
     "ABSENT",
     "PRESENT",
     "FieldPath",
     "FieldSpec",
+    "FilteredHandler",
     "KwargsSource",
     "MetaFilter",
     "MetaFilterFn",
@@ -85,6 +85,28 @@ FieldSpec: TypeAlias = str | FieldPath | list[str]
 KwargsSource: TypeAlias = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 """The kwargs for callbacks, or a factory for them: it is called at most once, and only if some
 callback actually needs them (most handlers have no callbacks at all)."""
+
+
+class FilteredHandler(Protocol):
+    """The filters of a resource handler, as matching reads them.
+
+    The handlers (``trioperator._engine.handlers``) are built with this module's vocabulary,
+    so it knows them by this protocol only. Update-like handlers also have ``old``, ``new`` and
+    ``field_needs_change``: those are looked up by name.
+    """
+
+    @property
+    def selector(self) -> Selector | None: ...
+    @property
+    def labels(self) -> MetaFilter | None: ...
+    @property
+    def annotations(self) -> MetaFilter | None: ...
+    @property
+    def when(self) -> WhenFilterFn | None: ...
+    @property
+    def field(self) -> FieldPath | None: ...
+    @property
+    def value(self) -> ValueFilter: ...
 
 
 class _Missing(enum.Enum):
@@ -242,13 +264,13 @@ def _matches_metadata(criteria: MetaFilter, content: Mapping[str, Any], kwargs: 
     return True
 
 
-def _tracks_changes(handler: ResourceHandler) -> bool:
+def _tracks_changes(handler: FilteredHandler) -> bool:
     """Update-like handlers (``on.update``, ``on.field`` and their sub-handlers)."""
     return bool(getattr(handler, "field_needs_change", False))
 
 
 def _matches_field(
-    handler: ResourceHandler,
+    handler: FilteredHandler,
     *,
     body: Any,
     old: Any,
@@ -287,7 +309,7 @@ def _matches_field(
 
 
 def _match(
-    handler: ResourceHandler,
+    handler: FilteredHandler,
     *,
     body: Any,
     old: Any,
@@ -310,7 +332,7 @@ def _match(
 
 
 def match(
-    handler: ResourceHandler,
+    handler: FilteredHandler,
     *,
     body: Any,
     kwargs: KwargsSource,
@@ -344,7 +366,7 @@ def match(
 
 
 def prematch(
-    handler: ResourceHandler,
+    handler: FilteredHandler,
     *,
     body: Any,
     kwargs: KwargsSource,

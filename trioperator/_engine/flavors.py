@@ -39,10 +39,7 @@ import sys
 import types
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
-
-if TYPE_CHECKING:
-    from trioperator._engine.handlers import BaseHandler
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 __all__ = [
     "ASYNCIO_ONLY_LIBRARIES",
@@ -50,6 +47,7 @@ __all__ = [
     "FLAVORS",
     "Flavor",
     "FlavorSetting",
+    "FlavoredHandler",
     "check_flavor",
     "check_flavor_setting",
     "choose_flavor",
@@ -129,7 +127,16 @@ def is_async_callable(fn: Callable[..., Any]) -> bool:
     )
 
 
-def needs_asyncio(handlers: Iterable[BaseHandler], *, setting: FlavorSetting) -> bool:
+class FlavoredHandler(Protocol):
+    """A handler as flavors see it (``trioperator._engine.handlers`` builds on this module)."""
+
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+    @property
+    def flavor(self) -> Flavor | None: ...
+
+
+def needs_asyncio(handlers: Iterable[FlavoredHandler], *, setting: FlavorSetting) -> bool:
     """Whether any of these handlers runs under asyncio (so the operator needs the loop)."""
     return any(
         is_async_callable(handler.fn)

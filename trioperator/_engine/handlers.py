@@ -16,7 +16,7 @@ import functools
 import types
 import warnings
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 from trioperator._engine.errors import ErrorsMode
 from trioperator._engine.filters import (
@@ -102,19 +102,19 @@ class BaseHandler:
     flavor: Flavor | None = None
     """The library the (async) function is written for; ``None``: as the settings say."""
 
+    _noun: ClassVar[str] = "Handler"
+    """How logs name a handler of this kind (as Kopf's do): ``Daemon 'x'``, ``Handler 'y'``."""
+
     def __str__(self) -> str:
-        return f"Handler {self.id!r}"
+        return f"{self._noun} {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class ActivityHandler(BaseHandler):
     """``on.startup``, ``on.cleanup``, ``on.login``, ``on.probe``."""
 
+    _noun: ClassVar[str] = "Activity"
     activity: Activity
-
-    def __str__(self) -> str:
-        # Named in logs by their kind, as Kopf names them ("Handler 'x'" for the rest).
-        return f"Activity {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -142,8 +142,7 @@ class WatchingHandler(ResourceHandler):
 class IndexingHandler(ResourceHandler):
     """``index``: in-memory indices, named by the handler id."""
 
-    def __str__(self) -> str:
-        return f"Indexer {self.id!r}"
+    _noun: ClassVar[str] = "Indexer"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -178,24 +177,22 @@ class SpawningHandler(ResourceHandler):
 class DaemonHandler(SpawningHandler):
     """``daemon``: runs until the object is deleted or the operator exits."""
 
+    _noun: ClassVar[str] = "Daemon"
+
     cancellation_backoff: float | None = None
     cancellation_timeout: float | None = None
     cancellation_polling: float | None = None
-
-    def __str__(self) -> str:
-        return f"Daemon {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class TimerHandler(SpawningHandler):
     """``timer``: runs every ``interval`` seconds, optionally after ``idle`` seconds of calm."""
 
+    _noun: ClassVar[str] = "Timer"
+
     interval: float | None = None
     sharp: bool | None = None
     idle: float | None = None
-
-    def __str__(self) -> str:
-        return f"Timer {self.id!r}"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -206,15 +203,14 @@ class WebhookHandler(ResourceHandler):
     ``'*'`` means the body and every subresource.
     """
 
+    _noun: ClassVar[str] = "Webhook"
+
     reason: WebhookType
     operations: frozenset[str] | None = None
     subresource: str | None = None
     persistent: bool = False
     side_effects: bool = False
     ignore_failures: bool = False
-
-    def __str__(self) -> str:
-        return f"Webhook {self.id!r}"
 
 
 # ----------------------------------------------------------------------------------------- ids
@@ -365,9 +361,11 @@ def check_filters(
     old: ValueFilter = None,
     new: ValueFilter = None,
     stacklevel: int = 1,
-) -> tuple[MetaFilter | None, MetaFilter | None, FieldPath | None]:
-    """Validate the object filters; return frozen copies of labels/annotations and the field path.
+) -> dict[str, Any]:
+    """Validate the object filters; return a handler's filter fields, checked.
 
+    That is ``labels``, ``annotations`` (frozen copies), ``when``, ``field`` (a parsed path) and
+    ``value``; ``old``/``new`` only exist on changing handlers and are left to their builders.
     ``value=`` needs ``field=``, and is exclusive with ``old=``/``new=``, which need it too.
     ``stacklevel`` locates deprecation warnings: 1 is the caller of this function.
     """
@@ -381,7 +379,13 @@ def check_filters(
         raise TypeError(f"{'=/'.join(names)}= filter(s) need a field= to check.")
     if value is not None and (old is not None or new is not None):
         raise TypeError("Use either value= or old=/new= filters, not both.")
-    return real_labels, real_annotations, real_field
+    return {
+        "labels": real_labels,
+        "annotations": real_annotations,
+        "when": when,
+        "field": real_field,
+        "value": value,
+    }
 
 
 def check_operations(
@@ -453,7 +457,7 @@ def build_subhandler(
     if not callable(fn):
         raise TypeError(f"A handler must be callable, got {fn!r}.")
     check_common_options(id=id, errors=errors, timeout=timeout, retries=retries, backoff=backoff)
-    real_labels, real_annotations, real_field = check_filters(
+    filters = check_filters(
         labels=labels,
         annotations=annotations,
         when=when,
@@ -478,11 +482,7 @@ def build_subhandler(
         retries=retries,
         backoff=backoff,
         selector=None,
-        labels=real_labels,
-        annotations=real_annotations,
-        when=when,
-        field=real_field,
-        value=value,
+        **filters,
         old=old,
         new=new,
         reason=None,

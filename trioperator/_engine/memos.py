@@ -25,9 +25,7 @@ class Memo(dict[Any, Any]):
         try:
             return self[name]
         except KeyError:
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}"
-            ) from None
+            raise self._no_attribute(name) from None
 
     def __setattr__(self, name: str, value: Any) -> None:
         self[name] = value
@@ -36,9 +34,10 @@ class Memo(dict[Any, Any]):
         try:
             del self[name]
         except KeyError:
-            raise AttributeError(
-                f"{type(self).__name__!r} object has no attribute {name!r}"
-            ) from None
+            raise self._no_attribute(name) from None
+
+    def _no_attribute(self, name: str) -> AttributeError:
+        return AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def copy_memo(operator_memo: _MemoT | None) -> _MemoT | Memo:

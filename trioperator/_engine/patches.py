@@ -20,22 +20,23 @@ JSONPatch = list[dict[str, Any]]
 
 
 class _SubPatch(MutableMapping[str, Any]):
-    """A view of one top-level stanza of a patch that creates the stanza on first write."""
+    """A view of one stanza of a patch (or of a stanza) that creates it on first write."""
 
-    __slots__ = ("_key", "_patch")
+    __slots__ = ("_key", "_parent")
 
-    def __init__(self, patch: Patch, key: str) -> None:
-        self._patch = patch
+    def __init__(self, parent: MutableMapping[str, Any], key: str) -> None:
+        self._parent = parent
         self._key = key
 
     def _get(self) -> dict[str, Any]:
-        value = self._patch.get(self._key)
+        value = self._parent.get(self._key)
         return value if isinstance(value, dict) else {}
 
     def _ensure(self) -> dict[str, Any]:
-        value = self._patch.get(self._key)
+        value = self._parent.get(self._key)
         if not isinstance(value, dict):
-            value = self._patch[self._key] = {}
+            value = {}
+            self._parent[self._key] = value
         return value
 
     def __getitem__(self, key: str) -> Any:
@@ -60,28 +61,11 @@ class _SubPatch(MutableMapping[str, Any]):
 class MetaPatch(_SubPatch):
     @property
     def labels(self) -> MutableMapping[str, Any]:
-        return _NestedPatch(self, "labels")
+        return _SubPatch(self, "labels")
 
     @property
     def annotations(self) -> MutableMapping[str, Any]:
-        return _NestedPatch(self, "annotations")
-
-
-class _NestedPatch(_SubPatch):
-    def __init__(self, parent: _SubPatch, key: str) -> None:
-        self._parent = parent
-        self._key = key
-
-    def _get(self) -> dict[str, Any]:
-        value = self._parent.get(self._key)
-        return value if isinstance(value, dict) else {}
-
-    def _ensure(self) -> dict[str, Any]:
-        value = self._parent.get(self._key)
-        if not isinstance(value, dict):
-            value = {}
-            self._parent[self._key] = value
-        return value
+        return _SubPatch(self, "annotations")
 
 
 class Patch(dict[str, Any]):

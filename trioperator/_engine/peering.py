@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import getpass
-import ipaddress
 import os
 import random
 import socket
@@ -25,6 +24,8 @@ from typing import Any, Final
 
 from trioperator._client.resources import Resource
 from trioperator._engine.settings import PeeringSettings
+from trioperator._util import clock
+from trioperator._util.addresses import is_ip_address
 
 __all__ = [
     "CLUSTER_PEERING_PLURAL",
@@ -210,7 +211,7 @@ def detect_own_id(*, manual: bool = False) -> str:
     host = descriptive_hostname()
     if manual:
         return f"{user}@{host}"
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d%H%M%S")
+    now = clock.now().strftime("%Y%m%d%H%M%S")
     suffix = "".join(random.choices("abcdefhijklmnopqrstuvwxyz0123456789", k=3))
     return f"{user}@{host}/{now}/{suffix}"
 
@@ -230,18 +231,10 @@ def descriptive_hostname() -> str:
     except OSError:
         return _without_useless_suffixes(plain)
     names = [primary, *aliases, *addresses]
-    meaningful = [name for name in names if not name.endswith(".arpa") and not _is_ip(name)]
+    meaningful = [name for name in names if not name.endswith(".arpa") and not is_ip_address(name)]
     dotted = [name for name in meaningful if "." in name]
     undotted = [name for name in meaningful if "." not in name and name != "localhost"]
     return _without_useless_suffixes((dotted or undotted or [plain])[0])
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def _without_useless_suffixes(hostname: str) -> str:

@@ -9,14 +9,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeGuard
 
 from trioperator._client.settings import NetworkingSettings, WatchingSettings
+from trioperator._engine.diffbase import DiffBaseStorage
 from trioperator._engine.flavors import FlavorSetting, check_flavor_setting
-
-if TYPE_CHECKING:
-    from trioperator._engine.diffbase import DiffBaseStorage
-    from trioperator._engine.progress import ProgressStorage
+from trioperator._engine.progress import ProgressStorage
 
 __all__ = [
     "AdmissionSettings",
@@ -32,6 +30,11 @@ __all__ = [
     "ScanningSettings",
     "WatchingSettings",
 ]
+
+
+def _is_positive_integer(value: object) -> TypeGuard[int]:
+    """A whole number from 1 up (a bool is an int to Python, but not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclasses.dataclass
@@ -104,8 +107,7 @@ class QueueingSettings:
     """Deprecated and inert: consistency tracking on ``resourceVersion`` replaced batching."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        invalid = not isinstance(value, int) or isinstance(value, bool) or value < 1
-        if name == "max_pending" and invalid:
+        if name == "max_pending" and not _is_positive_integer(value):
             raise ValueError("max_pending must be a positive integer.")
         super().__setattr__(name, value)
 
@@ -134,9 +136,7 @@ class AdmissionSettings:
     """Beyond Kopf (which hard-codes 30): ``timeoutSeconds`` of every managed webhook (1..30)."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name == "timeout_seconds" and (
-            not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 30
-        ):
+        if name == "timeout_seconds" and not (_is_positive_integer(value) and value <= 30):
             raise ValueError("timeout_seconds must be an integer from 1 to 30 (the API's limits).")
         super().__setattr__(name, value)
 
@@ -160,8 +160,7 @@ class ExecutionSettings:
     def __setattr__(self, name: str, value: object) -> None:
         if name == "async_flavor":
             check_flavor_setting(value)
-        invalid = not isinstance(value, int) or isinstance(value, bool) or value < 1
-        if name == "max_workers" and value is not None and invalid:
+        if name == "max_workers" and value is not None and not _is_positive_integer(value):
             raise ValueError("max_workers must be a positive integer or None.")
         super().__setattr__(name, value)
 

@@ -29,6 +29,7 @@ from trioperator._client.config import (
 )
 from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
 from trioperator._client.settings import NetworkingSettings
+from trioperator._kits.errors import MissingDependencyError
 
 __all__ = [
     "DETECTION_TIMEOUT",
@@ -113,8 +114,6 @@ async def _read_certificate(info: ConnectionInfo) -> ServerIdentity:
         from cryptography import x509
         from cryptography.x509.oid import NameOID
     except ImportError:  # pragma: no cover -- a dependency of trustme, the same extra
-        from trioperator._kits.webhooks import MissingDependencyError
-
         raise MissingDependencyError(
             "Detecting the cluster type needs an extra dependency: "
             "`pip install trioperator[webhooks]`."

@@ -46,7 +46,7 @@ import pathlib
 import ssl
 from collections.abc import AsyncIterator, Collection, Iterable
 from functools import partial
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import trio
@@ -62,16 +62,18 @@ from trioperator._kits.cluster_detection import (
     MINIKUBE_HOST,
     detect_cluster_host,
 )
+from trioperator._kits.errors import MissingDependencyError
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
+    StrPath,
     build_url,
     serve_relayed,
     serve_translated,
     serve_webhooks,
 )
+from trioperator._util.addresses import is_ip_address
 
 __all__ = [
-    "MissingDependencyError",
     "WebhookAutoServer",
     "WebhookAutoTunnel",
     "WebhookDockerDesktopServer",
@@ -86,12 +88,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("trioperator.webhooks")
-
-StrPath: TypeAlias = str | os.PathLike[str]
-
-
-class MissingDependencyError(ImportError):
-    """A server or tunnel needs an optional dependency that is not installed."""
 
 
 def accessible_addr(addr: str | None) -> str:
@@ -139,19 +135,29 @@ def normalise_hostnames(names: Iterable[str | None]) -> list[str]:
             if not ip.is_unspecified:
                 seen.setdefault(str(ip), None)
     ordered = list(seen)
-    leading = [name for name in ordered if not _is_ip(name)][:1]
+    leading = [name for name in ordered if not is_ip_address(name)][:1]
     return leading + [name for name in ordered if name not in leading]
 
 
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
+class _LocalEndpoint:
+    """Where a local server listens (``addr``, ``port``) and the root ``path`` it serves."""
+
+    def __init__(
+        self,
+        *,
+        addr: str | None = None,
+        port: int | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.addr = addr
+        self.port = port
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
 
-class WebhookServer:
+class WebhookServer(_LocalEndpoint):
     """An HTTPS (or HTTP) endpoint on this machine for the API server's admission reviews.
 
     * ``addr``, ``port``: where to listen (default: every interface, a free port chosen at
@@ -211,9 +217,7 @@ class WebhookServer:
             raise ValueError(
                 f"file_check_interval must be positive, not {file_check_interval!r} seconds."
             )
-        self.addr = addr
-        self.port = port
-        self.path = path
+        super().__init__(addr=addr, port=port, path=path)
         self.host = host
         self.cadata = cadata
         self.cafile = cafile
@@ -233,9 +237,6 @@ class WebhookServer:
         self._default_host: str | None = self.DEFAULT_HOST
         # The local server's configs while a Kopf-style subclass's __call__ relays them.
         self._local_configs: AsyncIterator[WebhookClientConfig] | None = None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
     @property
     def public_host(self) -> str:
@@ -446,7 +447,7 @@ def _import_trustme() -> Any:
 
 
 def _common_name(names: list[str]) -> str | None:
-    return names[0] if names and not _is_ip(names[0]) else None
+    return names[0] if names and not is_ip_address(names[0]) else None
 
 
 class WebhookK3dServer(WebhookServer):
@@ -540,18 +541,31 @@ def _pod_namespace() -> str | None:
         return None
 
 
-class WebhookAutoServer(WebhookServer):
+class _ClusterDetecting:
+    """The servers that adapt to the local cluster they find when they start."""
+
+    @staticmethod
+    async def guess_host() -> str | None:
+        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
+        return await detect_cluster_host()
+
+    async def _detect_host(self, *, otherwise: str) -> str | None:
+        """:meth:`guess_host`, logged; ``otherwise`` says what is done when nothing is found."""
+        host = await self.guess_host()
+        if host is None:
+            logger.info(f"No known local cluster detected: {otherwise}.")
+        else:
+            logger.info(f"A local cluster detected: it reaches the webhooks at {host}.")
+        return host
+
+
+class WebhookAutoServer(_ClusterDetecting, WebhookServer):
     """A :class:`WebhookServer` advertised under the host name of the detected local cluster.
 
     K3d/K3s, Minikube and Docker Desktop are recognised (see
     ``trioperator._kits.cluster_detection``) when the server starts; for any other cluster it
     is a plain local server. It never tunnels: see :class:`WebhookAutoTunnel` for that.
     """
-
-    @staticmethod
-    async def guess_host() -> str | None:
-        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
-        return await detect_cluster_host()
 
     async def serve(
         self,
@@ -560,16 +574,13 @@ class WebhookAutoServer(WebhookServer):
         configs: trio.MemorySendChannel[WebhookClientConfig],
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        detected = await self.guess_host()
-        if detected is None:
-            logger.info("No known local cluster detected: serving webhooks as a local server.")
-        else:
-            logger.info(f"A local cluster detected: it reaches the webhooks at {detected}.")
+        detected = await self._detect_host(otherwise="serving webhooks as a local server")
+        if detected is not None:
             self._default_host = detected
         await super().serve(fn, configs=configs, task_status=task_status)
 
 
-class WebhookNgrokTunnel:
+class WebhookNgrokTunnel(_LocalEndpoint):
     """Admission reviews through an ngrok_ tunnel to a local plain-HTTP :class:`WebhookServer`.
 
     .. _ngrok: https://ngrok.com/
@@ -592,15 +603,10 @@ class WebhookNgrokTunnel:
         region: str | None = None,
         binary: StrPath | None = None,
     ) -> None:
-        self.addr = addr
-        self.port = port
-        self.path = path
+        super().__init__(addr=addr, port=port, path=path)
         self.token = token
         self.region = region
         self.binary = binary
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
 
     async def serve(
         self,
@@ -667,32 +673,13 @@ _TUNNEL_CLOSING_TIMEOUT = 5.0
 """Seconds to close an ngrok tunnel when the operator stops (it is a call to the local agent)."""
 
 
-class WebhookAutoTunnel:
+class WebhookAutoTunnel(_ClusterDetecting, _LocalEndpoint):
     """A :class:`WebhookServer` for a detected local cluster, else a :class:`WebhookNgrokTunnel`.
 
     Detection is that of :class:`WebhookAutoServer`. Only ``addr``, ``port`` and ``path`` are
     configurable, as they are common to both. Mind that a cluster that is not recognised (or a
     failed detection) means a public ngrok URL.
     """
-
-    def __init__(
-        self,
-        *,
-        addr: str | None = None,
-        port: int | None = None,
-        path: str | None = None,
-    ) -> None:
-        self.addr = addr
-        self.port = port
-        self.path = path
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(addr={self.addr!r}, port={self.port!r}, path={self.path!r})"
-
-    @staticmethod
-    async def guess_host() -> str | None:
-        """The host name of the detected local cluster, or ``None`` (Kopf's helper)."""
-        return await detect_cluster_host()
 
     async def serve(
         self,
@@ -702,11 +689,9 @@ class WebhookAutoTunnel:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         server: WebhookServer | WebhookNgrokTunnel
-        host = await self.guess_host()
+        host = await self._detect_host(otherwise="tunnelling webhooks through ngrok")
         if host is None:
-            logger.info("No known local cluster detected: tunnelling webhooks through ngrok.")
             server = WebhookNgrokTunnel(addr=self.addr, port=self.port, path=self.path)
         else:
-            logger.info(f"A local cluster detected: it reaches the webhooks at {host}.")
             server = WebhookServer(addr=self.addr, port=self.port, path=self.path, host=host)
         await server.serve(fn, configs=configs, task_status=task_status)

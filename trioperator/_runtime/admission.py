@@ -32,7 +32,7 @@ import collections
 import contextlib
 import logging
 import math
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -46,7 +46,7 @@ from trioperator._client.errors import (
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import Resource
+from trioperator._client.resources import ALL_VERBS, Resource
 from trioperator._engine.admission import (
     CaseInsensitiveHeaders,
     WebhookCause,
@@ -75,7 +75,7 @@ from trioperator._engine.webhooks import (
     WebhookRejected,
 )
 from trioperator._runtime.execution import Execution, run_handler_once
-from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.loggers import LocalObjectLogger
 from trioperator._runtime.metrics import OperatorMetrics
 from trioperator._wire.admission import (
     AdmissionReview,
@@ -107,25 +107,22 @@ NO_SERVER_MESSAGE: Final = (
     "More: https://docs.kopf.dev/en/stable/admission/"
 )
 
-VALIDATING_CONFIGURATIONS: Final = Resource(
-    group="admissionregistration.k8s.io",
-    version="v1",
-    plural="validatingwebhookconfigurations",
-    kind="ValidatingWebhookConfiguration",
-    singular="validatingwebhookconfiguration",
-    namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
-)
 
-MUTATING_CONFIGURATIONS: Final = Resource(
-    group="admissionregistration.k8s.io",
-    version="v1",
-    plural="mutatingwebhookconfigurations",
-    kind="MutatingWebhookConfiguration",
-    singular="mutatingwebhookconfiguration",
-    namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
-)
+def _configurations(kind: str) -> Resource:
+    """The cluster-wide resource of the webhook configurations of one ``kind``."""
+    return Resource(
+        group="admissionregistration.k8s.io",
+        version="v1",
+        plural=f"{kind.lower()}s",
+        kind=kind,
+        singular=kind.lower(),
+        namespaced=False,
+        verbs=ALL_VERBS,
+    )
+
+
+VALIDATING_CONFIGURATIONS: Final = _configurations("ValidatingWebhookConfiguration")
+MUTATING_CONFIGURATIONS: Final = _configurations("MutatingWebhookConfiguration")
 
 _CONFIGURATIONS: Final = (
     (WebhookType.VALIDATING, VALIDATING_CONFIGURATIONS),
@@ -155,21 +152,6 @@ class AdmissionInsights(Protocol):
 
 
 # ----------------------------------------------------------------------------------- serving
-
-
-class ReviewLogger(ObjectLogger):
-    """The logger of one review: lines with the object's prefix, never posted as k8s Events.
-
-    As in Kopf: the object under review may not exist (yet, or ever: creations, dry runs), and
-    an event per review would flood the cluster.
-    """
-
-    def process(
-        self, msg: Any, kwargs: MutableMapping[str, Any]
-    ) -> tuple[Any, MutableMapping[str, Any]]:
-        msg, kwargs = super().process(msg, kwargs)
-        kwargs["extra"]["k8s_skip"] = True
-        return msg, kwargs
 
 
 class AdmissionServing:
@@ -296,7 +278,9 @@ class AdmissionServing:
         old = Body(payload.old_object) if payload.old_object is not None else None
         new = Body(payload.object) if payload.object is not None else None
         return WebhookCause(
-            logger=ReviewLogger(raw_body),
+            # As in Kopf: never posted as events. The object under review may not exist (yet,
+            # or ever: creations, dry runs), and an event per review would flood the cluster.
+            logger=LocalObjectLogger(raw_body),
             memo=self._recall_memo(resource, body, payload.operation, bool(payload.dry_run)),
             indices=self.indices,
             resource=resource,

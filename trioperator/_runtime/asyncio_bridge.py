@@ -27,7 +27,7 @@ import contextvars
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import outcome
 import sniffio
@@ -35,9 +35,7 @@ import trio
 
 from trioperator._engine.flavors import Flavor, choose_flavor, needs_asyncio
 from trioperator._engine.handlers import BaseHandler
-
-if TYPE_CHECKING:
-    from trioperator._engine.settings import ExecutionSettings
+from trioperator._engine.settings import ExecutionSettings
 
 __all__ = [
     "AsyncioBridge",

@@ -5,26 +5,25 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
-from trioperator._client.watching import WatchHealth
+from trioperator._client.watching import WatchHealth, WatchItem
 from trioperator._engine.handlers import IndexingHandler
 from trioperator._engine.indexing import Index, Indexers
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.indexing import IndexingReadiness
+from trioperator._runtime.daemon_keeper import DaemonsKeeper
+from trioperator._runtime.gates import IndexingReadiness, OperatorPause
 from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
-from trioperator._runtime.peering import OperatorPause
-
-if TYPE_CHECKING:
-    from trioperator._client.watching import WatchItem
-    from trioperator._runtime.daemons import DaemonsKeeper
-    from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._runtime.waiting import wait_any
+from trioperator._util import clock
+from trioperator._util.ordering import OrderedSlots
 
 
 @dataclasses.dataclass
@@ -38,11 +37,6 @@ class OperatorContext:
     thread_limiter: trio.CapacityLimiter
     stopping: trio.Event = dataclasses.field(default_factory=trio.Event)
     """Set when a graceful stop begins: stop taking new work, finish what is running."""
-
-    basetime: datetime.datetime = dataclasses.field(
-        default_factory=lambda: datetime.datetime.now(datetime.UTC)
-    )
-    """The wall-clock time at trio time zero (set when the operator starts)."""
 
     indexers: Indexers = dataclasses.field(default_factory=Indexers)
     """The in-memory indices of all ``@index`` handlers (written only by the watchers)."""
@@ -69,29 +63,7 @@ class OperatorContext:
 
     def now(self) -> datetime.datetime:
         """Wall-clock "now" derived from trio's clock, so a mock clock governs it in tests."""
-        return self.basetime + datetime.timedelta(seconds=trio.current_time())
-
-    def reset_basetime(self) -> None:
-        self.basetime = run_basetime()
-
-
-_basetime: trio.lowlevel.RunVar[datetime.datetime] = trio.lowlevel.RunVar("trioperator.basetime")
-
-
-def run_basetime() -> datetime.datetime:
-    """The wall-clock time at trio time zero, fixed once per ``trio.run``.
-
-    Every operator of one run shares it, so that their timestamps agree with each other (e.g.
-    an operator restarted in the same process reads the delays its predecessor stored), also
-    under a ``MockClock``, where the real wall clock does not move with trio's clock.
-    """
-    try:
-        return _basetime.get()
-    except LookupError:
-        now = datetime.datetime.now(datetime.UTC)
-        basetime = now - datetime.timedelta(seconds=trio.current_time())
-        _basetime.set(basetime)
-        return basetime
+        return clock.now()
 
 
 @dataclasses.dataclass
@@ -102,7 +74,8 @@ class ResourceContext:
     resource: Resource
     namespace: str | None
     memories: Memories
-    worker_slots: trio.Semaphore | None = None
+    worker_slots: OrderedSlots | None = None
+    """``settings.queueing.worker_limit`` places, given to the oldest work first."""
     health: WatchHealth = dataclasses.field(default_factory=WatchHealth)
     """The watcher's signs of life, for the liveness probe."""
     daemons: DaemonsKeeper | None = None
@@ -128,9 +101,7 @@ class ResourceContext:
 
     async def wait_stopping(self) -> None:
         """Return when this watcher is to stop (alone, or with the whole operator)."""
-        async with trio.open_nursery() as nursery:
-            for event in (self.stopping, self.operator.stopping):
-                nursery.start_soon(_cancel_when_set, event, nursery.cancel_scope)
+        await wait_any(self.stopping, self.operator.stopping)
 
     @property
     def api(self) -> APIClient:
@@ -143,8 +114,3 @@ class ResourceContext:
     @property
     def settings(self) -> OperatorSettings:
         return self.operator.settings
-
-
-async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()

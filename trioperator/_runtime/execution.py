@@ -13,7 +13,7 @@ import contextvars
 import dataclasses
 import datetime
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
@@ -37,12 +37,23 @@ from trioperator._engine.ids import HandlerId
 from trioperator._engine.lifecycles import LifeCycleFn, get_default_lifecycle
 from trioperator._engine.progression import HandlerOutcome, HandlerState, State, deliver_results
 from trioperator._engine.registry import SubRegistry, collect_subhandlers
+from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 from trioperator._runtime.invocation import invoke, is_async_fn
 from trioperator._runtime.loggers import Logger
+from trioperator._runtime.metrics import OperatorMetrics
 
-if TYPE_CHECKING:
-    from trioperator._runtime.metrics import OperatorMetrics
+
+class OperatorParts(Protocol):
+    """What an execution takes of the running operator (its ``OperatorContext``)."""
+
+    @property
+    def settings(self) -> OperatorSettings: ...
+    @property
+    def thread_limiter(self) -> trio.CapacityLimiter: ...
+    @property
+    def metrics(self) -> OperatorMetrics | None: ...
+    def now(self) -> datetime.datetime: ...
 
 
 @dataclasses.dataclass
@@ -59,6 +70,25 @@ class Execution:
     the thread runs on until it returns; nothing else can stop a thread)."""
     metrics: OperatorMetrics | None = None
     """Where every handler run is counted and timed (``None``: nowhere)."""
+
+    @classmethod
+    def for_operator(
+        cls, operator: OperatorParts, *, progress: bool = False, abandon_threads: bool = False
+    ) -> Execution:
+        """The execution of an operator's handlers: its clock, settings, threads and metrics.
+
+        ``progress``: the handlers' progress is stored in the objects (resource-changing
+        handlers), with ``settings.persistence.progress_storage``.
+        """
+        settings = operator.settings
+        return cls(
+            now=operator.now,
+            default_backoff=settings.execution.default_backoff,
+            limiter=operator.thread_limiter,
+            progress_storage=settings.persistence.progress_storage if progress else None,
+            abandon_threads=abandon_threads,
+            metrics=operator.metrics,
+        )
 
 
 @dataclasses.dataclass
@@ -158,16 +188,6 @@ async def run_handler_once(
     default_errors: ErrorsMode = ErrorsMode.TEMPORARY,
 ) -> HandlerOutcome:
     """Invoke one handler once and classify what happened (and count it in the metrics)."""
-    metrics = execution.metrics
-    if metrics is None:
-        return await _run_handler_once(
-            handler,
-            cause=cause,
-            handler_state=handler_state,
-            execution=execution,
-            logger=logger,
-            default_errors=default_errors,
-        )
     started = trio.current_time()
     outcome = await _run_handler_once(
         handler,
@@ -177,13 +197,15 @@ async def run_handler_once(
         logger=logger,
         default_errors=default_errors,
     )
-    metrics.handler_ran(
-        handler.id,
-        cause.resource if isinstance(cause, ResourceCause) else None,
-        outcome,
-        trio.current_time() - started,
-        retry=bool(handler_state.retries),
-    )
+    metrics = execution.metrics
+    if metrics is not None:
+        metrics.handler_ran(
+            handler.id,
+            cause.resource if isinstance(cause, ResourceCause) else None,
+            outcome,
+            trio.current_time() - started,
+            retry=bool(handler_state.retries),
+        )
     return outcome
 
 

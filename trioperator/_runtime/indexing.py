@@ -16,6 +16,7 @@ that watcher's stream; indexers are meant to be fast and side-effect-free (as in
 
 Readiness
 ---------
+The gate is ``trioperator._runtime.gates.IndexingReadiness``, in the operator's context.
 Every watcher of a resource that has indexing handlers holds the gate from its start until its
 initial listing is routed (so every listed object has been indexed once). Resource handlers of
 all resources (``on.event``, changing handlers, daemons and timers) run only while the gate is
@@ -30,9 +31,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
-
-import trio
 
 from trioperator._engine.bodies import Body, RawEvent
 from trioperator._engine.causes import IndexingCause
@@ -41,65 +39,14 @@ from trioperator._engine.handlers import IndexingHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.patches import Patch
 from trioperator._engine.progression import HandlerOutcome, State
+from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.memories import ObjectMemory
 
-if TYPE_CHECKING:
-    from trioperator._runtime.contexts import ResourceContext
-    from trioperator._runtime.memories import ObjectMemory
-
-__all__ = ["IndexingReadiness", "index_object"]
+__all__ = ["index_object"]
 
 logger = logging.getLogger(__name__)
-
-
-class IndexingReadiness:
-    """A gate that is open while nobody holds it: resource handlers wait for it to open.
-
-    Holders are arbitrary tokens (one per indexing watcher, one for the operator's startup).
-    """
-
-    def __init__(self) -> None:
-        self._holders: set[object] = set()
-        self._opened = trio.Event()
-        self._opened.set()
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} ready={self.ready} holders={len(self._holders)}>"
-
-    @property
-    def ready(self) -> bool:
-        return not self._holders
-
-    def hold(self, holder: object | None = None) -> object:
-        """Close the gate until ``release(holder)``; returns the holder (a new token if None)."""
-        token = holder if holder is not None else object()
-        if not self._holders:
-            self._opened = trio.Event()
-        self._holders.add(token)
-        return token
-
-    def release(self, holder: object | None) -> None:
-        """Let go of the gate (idempotent; ``None`` is no holder); it opens when nobody holds it."""
-        if holder is not None:
-            self._holders.discard(holder)
-        if not self._holders:
-            self._opened.set()
-
-    async def wait(self) -> None:
-        """Return once the gate is open (it may close again later)."""
-        while self._holders:
-            await self._opened.wait()
-
-
-def execution_for(ctx: ResourceContext) -> Execution:
-    settings = ctx.settings
-    return Execution(
-        now=ctx.operator.now,
-        default_backoff=settings.execution.default_backoff,
-        limiter=ctx.operator.thread_limiter,
-        metrics=ctx.operator.metrics,
-    )
 
 
 async def index_object(
@@ -139,7 +86,7 @@ async def index_object(
     handlers = registry.iter_indexing_handlers(
         resource=resource, body=raw, kwargs=lambda: cause.kwargs
     )
-    execution = execution_for(ctx)
+    execution = Execution.for_operator(ctx.operator)
     now = execution.now()
     state = memory.indexing_state or State.from_scratch()
     state = state.with_handlers(handlers, now=now)

@@ -66,3 +66,17 @@ class LocalObjectLogger(ObjectLogger):
         msg, kwargs = super().process(msg, kwargs)
         kwargs["extra"]["k8s_skip"] = True
         return msg, kwargs
+
+
+def level_word(levelno: int, words: tuple[str, str, str, str, str]) -> str:
+    """One of five words for a record's level: DEBUG (or lower), INFO, WARNING, ERROR, higher.
+
+    Custom levels in between go to the next standard one up, as Kopf maps them.
+    """
+    for threshold, word in zip(_THRESHOLDS, words, strict=False):
+        if levelno <= threshold:
+            return word
+    return words[-1]
+
+
+_THRESHOLDS = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR)

@@ -17,7 +17,7 @@ import json
 import logging
 from typing import Any
 
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
+from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
 
 DEFAULT_JSON_REFKEY = "object"
 
@@ -135,15 +135,7 @@ class JsonFormatter(logging.Formatter):
 
 def _severity(levelno: int) -> str:
     # Kopf's names, which log collectors (e.g. Stackdriver) understand.
-    if levelno <= logging.DEBUG:
-        return "debug"
-    if levelno <= logging.INFO:
-        return "info"
-    if levelno <= logging.WARNING:
-        return "warn"
-    if levelno <= logging.ERROR:
-        return "error"
-    return "fatal"
+    return level_word(levelno, ("debug", "info", "warn", "error", "fatal"))
 
 
 def _message(record: logging.LogRecord, prefix: bool) -> str:

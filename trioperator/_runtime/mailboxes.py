@@ -22,6 +22,7 @@ from collections import deque
 import trio
 
 from trioperator._engine.bodies import RawEvent
+from trioperator._util.ordering import next_ticket
 
 __all__ = ["Backlog", "Mailbox", "QueueStats"]
 
@@ -128,7 +129,16 @@ class Mailbox:
     newest event; ``keep_all=True`` keeps every one, in order (for ``on.event`` handlers).
     """
 
-    __slots__ = ("_arrived", "_backlog", "_closed", "_events", "_keep_all", "_versions")
+    __slots__ = (
+        "_arrived",
+        "_backlog",
+        "_closed",
+        "_events",
+        "_keep_all",
+        "_queued_ticket",
+        "_versions",
+        "ticket",
+    )
 
     def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
         self._backlog = backlog
@@ -137,6 +147,12 @@ class Mailbox:
         self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
         self._closed = False
         self._arrived = trio.Event()
+        # When the queued work arrived (see _util/ordering.py): a ticket is taken as an event
+        # lands in an empty mailbox and kept while newer events join or replace it.
+        self._queued_ticket = 0
+        self.ticket: int | None = None
+        """The ticket of the oldest work the worker has taken (before that: of the first
+        event), by which its waits are ordered."""
 
     def __len__(self) -> int:
         return len(self._events)
@@ -157,6 +173,10 @@ class Mailbox:
         version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if isinstance(version, str):
             self._versions.append(version)
+        if not self._events:
+            self._queued_ticket = next_ticket()
+            if self.ticket is None:
+                self.ticket = self._queued_ticket
         if self._events and not self._keep_all:
             self._events[-1] = event  # the newest state supersedes the queued one
             self._backlog.coalesced()
@@ -166,9 +186,14 @@ class Mailbox:
         self._arrived.set()
 
     def drain(self, into: list[RawEvent]) -> bool:
-        """Move everything queued into ``into``; return False once closed (nothing more comes)."""
+        """Move everything queued into ``into``; return False once closed (nothing more comes).
+
+        The ticket of what is drained becomes :attr:`ticket`, unless ``into`` still holds
+        older work (whose ticket stays)."""
         count = len(self._events)
         if count:
+            if not into:
+                self.ticket = self._queued_ticket
             into.extend(self._events)
             self._events.clear()
             self._backlog.remove(count)

@@ -14,7 +14,7 @@ from trioperator._engine.ids import HandlerId
 from trioperator._engine.memos import copy_memo
 from trioperator._engine.patches import PatchFn
 from trioperator._engine.progression import State
-from trioperator._runtime.daemons import DaemonsMemory
+from trioperator._runtime.daemon_state import DaemonsMemory
 
 
 @dataclasses.dataclass(slots=True)

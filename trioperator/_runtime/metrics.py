@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sized
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 from prometheus_client import (
@@ -40,14 +40,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 
 from trioperator._client.resources import Resource
+from trioperator._client.watching import WatchHealth, WatchItem
 from trioperator._engine.errors import HandlerTimeoutError
-from trioperator._engine.handlers import DaemonHandler
+from trioperator._engine.handlers import DaemonHandler, SpawningHandler
 from trioperator._engine.progression import HandlerOutcome
-from trioperator._runtime.probing import parse_endpoint
+from trioperator._runtime.gates import OperatorPause
+from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Request, Response, serve_http
-
-if TYPE_CHECKING:
-    from trioperator._runtime.contexts import OperatorContext, ResourceContext
 
 __all__ = [
     "API_BUCKETS",
@@ -76,6 +75,48 @@ LISTED: Final = "LISTED"
 """The ``type`` label of objects that came in a listing rather than as a watch event."""
 
 
+class OperatorState(Protocol):
+    """What the metrics read of the running operator (its ``OperatorContext``)."""
+
+    @property
+    def pause(self) -> OperatorPause: ...
+
+
+class SpawnedState(Protocol):
+    """What the metrics read of a running daemon or timer."""
+
+    @property
+    def handler(self) -> SpawningHandler: ...
+
+
+class DaemonsState(Protocol):
+    """What the metrics read of a watcher's daemons and timers (its ``DaemonsKeeper``)."""
+
+    def running(self) -> Collection[SpawnedState]: ...
+
+
+class WatcherState(Protocol):
+    """What the metrics read of a running watcher (its ``ResourceContext``), when scraped.
+
+    The contexts hold the metrics, so the metrics know the contexts by these protocols only.
+    """
+
+    @property
+    def resource(self) -> Resource: ...
+    @property
+    def health(self) -> WatchHealth: ...
+    @property
+    def memories(self) -> Sized: ...
+    @property
+    def streams(self) -> Mapping[str, Sized]: ...
+    @property
+    def workers_busy(self) -> int: ...
+    @property
+    def incoming(self) -> trio.MemoryReceiveChannel[WatchItem] | None: ...
+    @property
+    def daemons(self) -> DaemonsState | None: ...
+
+
 @dataclasses.dataclass(eq=False)
 class WatchCounts:
     """The counters of the watch streams of one resource, over all its namespaces.
@@ -97,9 +138,9 @@ class OperatorMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.context: OperatorContext | None = None
+        self.context: OperatorState | None = None
         """The running operator's shared state (its pause), once it runs."""
-        self._watchers: dict[int, ResourceContext] = {}
+        self._watchers: dict[int, WatcherState] = {}
         self._watch_counts: dict[Resource, WatchCounts] = {}
 
         registry = self.registry
@@ -236,7 +277,7 @@ class OperatorMetrics:
 
     # ------------------------------------------------------------------ watchers
 
-    def watcher_started(self, ctx: ResourceContext) -> WatchCounts:
+    def watcher_started(self, ctx: WatcherState) -> WatchCounts:
         """Register a running watcher; return the counters its router adds its events to."""
         self._watchers[id(ctx)] = ctx
         counts = self._watch_counts.get(ctx.resource)
@@ -244,7 +285,7 @@ class OperatorMetrics:
             counts = self._watch_counts[ctx.resource] = WatchCounts()
         return counts
 
-    def watcher_ended(self, ctx: ResourceContext) -> None:
+    def watcher_ended(self, ctx: WatcherState) -> None:
         """Carry the ended watcher's counters over into its resource's totals."""
         if self._watchers.pop(id(ctx), None) is None:
             return
@@ -295,7 +336,7 @@ class OperatorMetrics:
             labels=labels,
         )
 
-        by_resource: dict[Resource, list[ResourceContext]] = {}
+        by_resource: dict[Resource, list[WatcherState]] = {}
         for ctx in self._watchers.values():
             by_resource.setdefault(ctx.resource, []).append(ctx)
         for resource in sorted(self._watch_counts, key=str):
@@ -346,7 +387,7 @@ def _resource_label(resource: Resource | None) -> str:
     return NO_RESOURCE if resource is None else str(resource)
 
 
-def _queued(ctx: ResourceContext) -> int:
+def _queued(ctx: WatcherState) -> int:
     total = 0
     if ctx.incoming is not None:
         total += ctx.incoming.statistics().current_buffer_used

@@ -46,7 +46,7 @@ Stop order, and why (a graceful phase first, then, if needed, a forced one):
    server stops; the watchers end their streams at once, so no new handlers start;
    workers finish what is queued and running handlers may finish, within
    ``queueing.exit_timeout`` (then they are cancelled); daemons and timers get their stop flag
-   and their staged termination (see ``daemons.py``).
+   and their staged termination (see ``daemon_keeper.py``).
 3. The poster posts what is still queued (within ``posting.DRAIN_TIMEOUT``); then the rest
    of the root nursery (authenticator, liveness) is cancelled.
 4. ``on.cleanup`` handlers run, after every watcher, worker and handler has ended: shielded
@@ -97,7 +97,8 @@ from trioperator._runtime.posting import (
     open_poster_channel,
     run_poster,
 )
-from trioperator._runtime.probing import parse_endpoint, serve_liveness
+from trioperator._runtime.probing import serve_liveness
+from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Handler, Request, Response
 
 logger = logging.getLogger("trioperator")
@@ -217,16 +218,10 @@ class Operator:
             memo=self.memo,
             thread_limiter=make_limiter(settings.execution.max_workers),
         )
-        context.reset_basetime()
         context.metrics = self.metrics
         self.metrics.context = context
         self.context = context
-        execution = Execution(
-            now=context.now,
-            default_backoff=settings.execution.default_backoff,
-            limiter=context.thread_limiter,
-            metrics=self.metrics,
-        )
+        execution = Execution.for_operator(context)
 
         # k8s Events: from here on, trioperator.event() & co. (in this task, the tasks it
         # starts, and their threads) queue to this operator; the poster posts them once the API

@@ -39,12 +39,10 @@ it (and keep the namespace Terminating) until the operator serves that namespace
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
-from functools import partial
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final
 
 import trio
 
@@ -55,23 +53,33 @@ from trioperator._client.errors import (
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import DiscoveryScope, Resource, in_scope
+from trioperator._client.resources import ALL_VERBS, DiscoveryScope, Resource
 from trioperator._client.watching import (
-    LISTED,
     RawWatchEvent,
     WatchHealth,
-    WatchItem,
-    stream_events,
 )
-from trioperator._engine.namespaces import literal_namespaces, match_namespace
+from trioperator._engine.namespaces import literal_namespaces
 from trioperator._engine.peering import PEERING_GROUPS
 from trioperator._engine.registry import OperatorRegistry
+from trioperator._engine.serving import (
+    CRDBook,
+    CRDInfo,
+    CRDKey,
+    WatcherKey,
+    describe_crd,
+    describe_watcher,
+    desired_watchers,
+    served_namespace,
+    watcher_order,
+)
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
 from trioperator._runtime.discovering import discover_resources
 from trioperator._runtime.memories import Memories
+from trioperator._runtime.observing import observe_resource
 from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
+from trioperator._util.ordering import OrderedSlots
 
 __all__ = [
     "CRDS",
@@ -83,9 +91,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-OBSERVER_BUFFER = 64
-"""Events read ahead of an observer's loop; when it is full, the stream waits (bounded memory)."""
-
 NAMESPACES: Final = Resource(
     group="",
     version="v1",
@@ -94,7 +99,7 @@ NAMESPACES: Final = Resource(
     singular="namespace",
     shortcuts=frozenset({"ns"}),
     namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+    verbs=ALL_VERBS,
 )
 
 CRDS: Final = Resource(
@@ -105,7 +110,7 @@ CRDS: Final = Resource(
     singular="customresourcedefinition",
     shortcuts=frozenset({"crd", "crds"}),
     namespaced=False,
-    verbs=frozenset({"create", "delete", "get", "list", "patch", "update", "watch"}),
+    verbs=ALL_VERBS,
 )
 
 RESCAN_DELAY: Final = 0.5
@@ -118,65 +123,6 @@ RESCAN_RETRY_DELAYS: Final = (1.0, 2.0, 4.0, 8.0, 15.0)
 _NAMESPACES_OBSERVER: Final = "namespaces observer"
 _CRDS_OBSERVER: Final = "CRDs observer"
 # Names of the observers' health signals (next to the watchers', for the liveness probe).
-
-WatcherKey: TypeAlias = tuple[Resource, str | None]
-"""What one watcher serves: a resource in a namespace (``None``: cluster-wide)."""
-
-
-def _describe(key: WatcherKey) -> str:
-    resource, namespace = key
-    return f"{resource} cluster-wide" if namespace is None else f"{resource} in {namespace!r}"
-
-
-def _order(key: WatcherKey) -> tuple[str, str]:
-    return str(key[0]), key[1] or ""
-
-
-def _is_gone(event: RawWatchEvent) -> bool:
-    """Whether a namespace event means the namespace is going away (or went away)."""
-    obj = event["object"]
-    metadata = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    return (
-        event["type"] == "DELETED"
-        or bool(metadata.get("deletionTimestamp"))
-        or status.get("phase") == "Terminating"
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class _CRDInfo:
-    served: frozenset[str]
-    """The versions the CRD serves."""
-    established: bool
-    """The API server accepted the names and serves (or will soon serve) the resource."""
-
-
-def _crd_key(obj: Mapping[str, Any]) -> tuple[str, str] | None:
-    spec = obj.get("spec") or {}
-    group = spec.get("group")
-    plural = (spec.get("names") or {}).get("plural")
-    if isinstance(group, str) and isinstance(plural, str) and group and plural:
-        return group, plural
-    return None
-
-
-def _crd_info(obj: Mapping[str, Any]) -> _CRDInfo:
-    spec = obj.get("spec") or {}
-    served = frozenset(
-        version["name"]
-        for version in spec.get("versions") or ()
-        if isinstance(version, dict) and version.get("served", True) and version.get("name")
-    )
-    conditions = (obj.get("status") or {}).get("conditions") or ()
-    established = any(
-        isinstance(condition, dict)
-        and condition.get("type") == "Established"
-        and condition.get("status") == "True"
-        for condition in conditions
-    )
-    deleting = bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-    return _CRDInfo(served=served, established=established and not deleting)
 
 
 class _Watcher:
@@ -251,8 +197,7 @@ class Orchestration:
         self._stopping = False
         self._rescan_wanted = trio.Event()
         self._warned: set[str] = set()
-        self._crds: dict[tuple[str, str], _CRDInfo] = {}
-        self._deleted_crds: set[tuple[str, str]] = set()
+        self._crds = CRDBook()
         self._gone: set[Resource] = set()
         self._discovered: Sequence[Resource] = ()
         self._scope: DiscoveryScope | None = None
@@ -315,27 +260,24 @@ class Orchestration:
     def _touch(self) -> None:
         self._changed.set()
 
-    def _desired(self) -> set[WatcherKey]:
-        keys: set[WatcherKey] = set()
-        for resource in self.resources:
-            if resource in self._gone or self._denied_by_crds(resource):
-                continue
-            if self.clusterwide or not resource.namespaced:
-                keys.add((resource, None))
-            else:
-                keys.update((resource, namespace) for namespace in self.namespaces)
-        return keys
-
     def _reconcile(self) -> list[_Watcher]:
         """Stop what is no longer wanted, start what is missing; return the started ones."""
         if self._peering is not None:
             # Before any watcher starts: a mandatory peering pauses it before its first listing.
             served = [None] if self.clusterwide else sorted(self.namespaces)
             self._peering.adjust(self._discovered, served)
-        desired = self._desired()
-        for key in sorted(self._watchers.keys() - desired, key=_order):
+        desired = desired_watchers(
+            self.resources,
+            namespaces=self.namespaces,
+            clusterwide=self.clusterwide,
+            crds=self._crds,
+            gone=self._gone,
+        )
+        for key in sorted(self._watchers.keys() - desired, key=watcher_order):
             self._stop(key)
-        return [self._start(key) for key in sorted(desired - self._watchers.keys(), key=_order)]
+        return [
+            self._start(key) for key in sorted(desired - self._watchers.keys(), key=watcher_order)
+        ]
 
     def _start(self, key: WatcherKey) -> _Watcher:
         assert self._nursery is not None
@@ -346,20 +288,20 @@ class Orchestration:
             resource=resource,
             namespace=namespace,
             memories=Memories(self._context.memo),
-            worker_slots=trio.Semaphore(limit) if limit else None,
+            worker_slots=OrderedSlots(limit) if limit else None,
         )
         watcher = _Watcher(key, ctx, self._watcher_started)
         predecessor = self._retiring.get(key)
         self._watchers[key] = watcher
-        logger.info(f"Serving {_describe(key)}.")
+        logger.info(f"Serving {describe_watcher(key)}.")
         self._nursery.start_soon(
-            self._run_watcher, watcher, predecessor, name=f"watcher {_describe(key)}"
+            self._run_watcher, watcher, predecessor, name=f"watcher {describe_watcher(key)}"
         )
         return watcher
 
     def _stop(self, key: WatcherKey) -> None:
         watcher = self._watchers.pop(key)
-        logger.info(f"Stopping {_describe(key)}.")
+        logger.info(f"Stopping {describe_watcher(key)}.")
         self._forget_health(watcher)  # it ends on purpose: not a failure to report
         watcher.stop()
         self._retiring[key] = watcher
@@ -367,10 +309,10 @@ class Orchestration:
     def _watcher_started(self, watcher: _Watcher) -> None:
         # Only now: until its stream has started, a watcher is not alive yet.
         if self._watchers.get(watcher.key) is watcher and not self._stopping:
-            self._health[_describe(watcher.key)] = watcher.ctx.health
+            self._health[describe_watcher(watcher.key)] = watcher.ctx.health
 
     def _forget_health(self, watcher: _Watcher) -> None:
-        name = _describe(watcher.key)
+        name = describe_watcher(watcher.key)
         if self._health.get(name) is watcher.ctx.health:
             del self._health[name]
 
@@ -404,7 +346,7 @@ class Orchestration:
             gone = True
             logger.log(
                 logging.DEBUG if watcher.stop_requested else logging.WARNING,
-                f"Stopped serving {_describe(watcher.key)}: the resource is gone "
+                f"Stopped serving {describe_watcher(watcher.key)}: the resource is gone "
                 f"({group.exceptions[0]}).",
             )
         if gone and not watcher.stop_requested:
@@ -433,46 +375,38 @@ class Orchestration:
 
         ready = False
         health = WatchHealth()
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
+
+        def served(event: RawWatchEvent) -> str | None:
+            return served_namespace(event, self._patterns)
+
+        async def listed(names: list[str]) -> None:
+            nonlocal ready
+            self._set_namespaces(names)
+            if not ready:
+                ready = True
+                self._health[_NAMESPACES_OBSERVER] = health
+                task_status.started()
+
+        async def changed(event: RawWatchEvent) -> None:
+            name = (event["object"].get("metadata") or {}).get("name")
+            if not isinstance(name, str):
+                return
+            if served(event) is not None:
+                self._set_namespaces(self.namespaces | {name})
+            else:
+                self._set_namespaces(self.namespaces - {name})
+
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    partial(
-                        stream_events,
-                        self._api,
-                        NAMESPACES,
-                        None,
-                        settings=self._settings.watching,
-                        send=send,
-                        health=health,
-                    ),
-                    name="namespaces stream",
-                )
-                listing: set[str] = set()
-                async with receive:
-                    async for item in receive:
-                        if item is LISTED:
-                            # A (re)listing is complete and authoritative: what is not in it
-                            # does not exist any more, even if its deletion was never seen.
-                            self._set_namespaces(listing)
-                            listing = set()
-                            if not ready:
-                                ready = True
-                                self._health[_NAMESPACES_OBSERVER] = health
-                                task_status.started()
-                            continue
-                        event = cast(RawWatchEvent, item)
-                        name = (event["object"].get("metadata") or {}).get("name")
-                        if not isinstance(name, str):
-                            continue
-                        serve = not _is_gone(event) and match_namespace(name, self._patterns)
-                        if event["type"] is None:
-                            if serve:
-                                listing.add(name)
-                        elif serve:
-                            self._set_namespaces(self.namespaces | {name})
-                        else:
-                            self._set_namespaces(self.namespaces - {name})
+            await observe_resource(
+                self._api,
+                NAMESPACES,
+                None,
+                settings=self._settings.watching,
+                keep=served,
+                on_listing=listed,
+                on_event=changed,
+                health=health,
+            )
         except* APIForbiddenError:
             self._health.pop(_NAMESPACES_OBSERVER, None)  # not observing: nothing to report
             if not ready:
@@ -524,77 +458,39 @@ class Orchestration:
                 return memory.memo
         return None
 
-    def _denied_by_crds(self, resource: Resource) -> bool:
-        """Whether the CRDs seen say this resource is not served any more, whatever the
-        discovery says (it lags behind)."""
-        key = (resource.group, resource.plural)
-        if key in self._deleted_crds:
-            return True
-        crd = self._crds.get(key)
-        return crd is not None and resource.version not in crd.served
-
-    def _discovery_agrees(self, discovered: Sequence[Resource]) -> bool:
-        """Whether the discovery shows what the CRDs say: established ones served, deleted
-        ones (and versions no longer served) gone. CRDs out of the scanned scope do not count."""
-        present = {(r.group, r.version, r.plural) for r in discovered}
-        for (group, plural), crd in self._crds.items():
-            if crd.established and any(
-                (group, version, plural) not in present
-                for version in crd.served
-                if in_scope(self._scope, group, version)
-            ):
-                return False
-        return not any(self._denied_by_crds(resource) for resource in discovered)
-
     async def _observe_crds(self) -> None:
         """Remember what the CRDs say, and ask for a rescan whenever any of them changes."""
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
         listed = False
         health = WatchHealth()
+
+        async def relisted(crds: list[tuple[CRDKey, CRDInfo]]) -> None:
+            nonlocal listed
+            self._crds.relist(crds)
+            # A relisting (after HTTP 410) may hide changes; and a CRD may have changed
+            # between the initial scan and the first listing.
+            if listed or not self._crds.agrees(self._discovered, scope=self._scope):
+                self._rescan_wanted.set()
+            if not listed:
+                self._health[_CRDS_OBSERVER] = health
+            listed = True
+
+        async def changed(event: RawWatchEvent) -> None:
+            if not self._crds.change(event):
+                return
+            self._touch()  # a deleted CRD (or version) stops its watchers now
+            self._rescan_wanted.set()
+
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    partial(
-                        stream_events,
-                        self._api,
-                        CRDS,
-                        None,
-                        settings=self._settings.watching,
-                        send=send,
-                        health=health,
-                    ),
-                    name="CRDs stream",
-                )
-                listing: dict[tuple[str, str], _CRDInfo] = {}
-                async with receive:
-                    async for item in receive:
-                        if item is LISTED:
-                            self._crds = listing
-                            self._deleted_crds -= listing.keys()
-                            listing = {}
-                            # A relisting (after HTTP 410) may hide changes; and a CRD may
-                            # have changed between the initial scan and the first listing.
-                            if listed or not self._discovery_agrees(self._discovered):
-                                self._rescan_wanted.set()
-                            if not listed:
-                                self._health[_CRDS_OBSERVER] = health
-                            listed = True
-                            continue
-                        event = cast(RawWatchEvent, item)
-                        key = _crd_key(event["object"])
-                        if key is None:
-                            continue
-                        if event["type"] is None:
-                            listing[key] = _crd_info(event["object"])
-                            continue
-                        if event["type"] == "DELETED":
-                            self._crds.pop(key, None)
-                            self._deleted_crds.add(key)
-                        else:
-                            self._crds[key] = _crd_info(event["object"])
-                            self._deleted_crds.discard(key)
-                        self._touch()  # a deleted CRD (or version) stops its watchers now
-                        self._rescan_wanted.set()
+            await observe_resource(
+                self._api,
+                CRDS,
+                None,
+                settings=self._settings.watching,
+                keep=lambda event: describe_crd(event["object"]),
+                on_listing=relisted,
+                on_event=changed,
+                health=health,
+            )
         except* (APIForbiddenError, APINotFoundError) as group:
             self._health.pop(_CRDS_OBSERVER, None)  # not observing: nothing to report
             logger.warning(
@@ -632,7 +528,7 @@ class Orchestration:
             logger.error(f"Scanning the cluster's resources failed: {exc!r}")
             return False
         self._apply_resources(discovered)
-        return self._discovery_agrees(discovered)
+        return self._crds.agrees(discovered, scope=self._scope)
 
 
 async def run_orchestrator(

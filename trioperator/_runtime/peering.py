@@ -11,7 +11,8 @@ handling: it is removed only once the watchers have finished)::
                                         -> pause/resume; dead records cleaned; re-judged when
                                         the first blocking peer would expire
 
-The operator is paused while any blocker of :class:`OperatorPause` is on: one per peering
+The operator is paused while any blocker of its :class:`~trioperator._runtime.gates.OperatorPause`
+is on: one per peering
 object (a peer with a higher or the same priority is alive there; or, for mandatory peering,
 the object does not exist yet) and one when mandatory peering finds no peering CRD. While
 paused, every watcher closes its watch-stream and stops its daemons and timers; after the
@@ -23,9 +24,8 @@ from __future__ import annotations
 import datetime
 import logging
 import math
-from collections.abc import Callable, Hashable, Iterable
-from functools import partial
-from typing import Any, Final, TypeAlias, cast
+from collections.abc import Callable, Iterable
+from typing import Any, Final, TypeAlias
 
 import trio
 
@@ -33,11 +33,8 @@ from trioperator._client.api import APIClient
 from trioperator._client.errors import APIConnectionError, APIError, APINotFoundError
 from trioperator._client.resources import Resource
 from trioperator._client.watching import (
-    LISTED,
     RawWatchEvent,
     WatchingError,
-    WatchItem,
-    stream_events,
 )
 from trioperator._engine.peering import (
     PeeringDecision,
@@ -48,13 +45,12 @@ from trioperator._engine.peering import (
     select_peering_resources,
 )
 from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.gates import OperatorPause
+from trioperator._runtime.observing import observe_resource
 
-__all__ = ["REMOVAL_TIMEOUT", "OperatorPause", "Peering", "run_peering", "status_subresource"]
+__all__ = ["REMOVAL_TIMEOUT", "Peering", "run_peering", "status_subresource"]
 
 logger = logging.getLogger("trioperator.peering")
-
-OBSERVER_BUFFER = 64
-"""Events read ahead of the peering observer's loop; when it is full, the stream waits."""
 
 REMOVAL_TIMEOUT: Final = 10.0
 """Seconds to remove our record on exit; after that, it expires on its own."""
@@ -65,42 +61,6 @@ OBSERVER_RETRY_DELAY: Final = 10.0
 PeeringKey: TypeAlias = tuple[Resource, str | None]
 
 _CRD_MISSING: Final = "peering CRD is missing"
-
-
-class OperatorPause:
-    """Why the operator is paused now: named blockers; paused while any of them is on."""
-
-    def __init__(self) -> None:
-        self._blockers: dict[Hashable, str] = {}
-        self._changed = trio.Event()
-
-    def is_paused(self) -> bool:
-        # A method, not a property: a type checker narrows properties across awaits.
-        return bool(self._blockers)
-
-    @property
-    def reasons(self) -> list[str]:
-        return sorted(self._blockers.values())
-
-    def turn(self, key: Hashable, name: str, on: bool) -> None:
-        if on == (key in self._blockers):
-            return
-        was_paused = self.is_paused()
-        if on:
-            self._blockers[key] = name
-        else:
-            del self._blockers[key]
-        if was_paused != self.is_paused():
-            self._changed.set()
-            self._changed = trio.Event()
-
-    def is_on(self, key: Hashable) -> bool:
-        return key in self._blockers
-
-    async def wait_for(self, paused: bool) -> None:
-        """Return when the operator is (or already was) paused or not, as asked."""
-        while self.is_paused() != paused:
-            await self._changed.wait()
 
 
 def _where(namespace: str | None) -> str:
@@ -239,57 +199,57 @@ class Peering:
     async def _observe(self, key: PeeringKey) -> None:
         resource, namespace = key
         name = self._settings.peering.name
-        send, receive = trio.open_memory_channel[WatchItem](OBSERVER_BUFFER)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                partial(
-                    stream_events,
-                    self._api,
-                    resource,
-                    namespace,
-                    settings=self._settings.watching,
-                    send=send,
-                    logger=logger,
-                ),
-                name=f"peering stream {resource} {_where(namespace)}",
-            )
-            status: Any = None
-            exists = False
-            listing: Any = None
-            listed = False
+        status: Any = None
+        exists = False
+        listed = False
+        wake_at = math.inf
+
+        def ours(event: RawWatchEvent) -> Any | None:
+            obj = event["object"]
+            if (obj.get("metadata") or {}).get("name") != name:
+                return None  # another peering neighbourhood: not ours to judge
+            return obj.get("status") or {}
+
+        async def relisted(statuses: list[Any]) -> None:
+            nonlocal exists, status, listed
+            # A (re)listing is authoritative: not in it means absent.
+            exists, status, listed = bool(statuses), statuses[-1] if statuses else None, True
+            await judge()
+
+        async def changed(event: RawWatchEvent) -> None:
+            nonlocal exists, status
+            if ours(event) is None:
+                return
+            exists = event["type"] != "DELETED"
+            status = (event["object"].get("status") or {}) if exists else None
+            if listed:
+                await judge()
+
+        async def judge() -> None:
+            # Judged on every change, and when a blocking peer should have expired.
+            nonlocal wake_at
+            decision = self._judge(key, exists=exists, status=status)
             wake_at = math.inf
-            async with receive:
-                while True:
-                    judge = False
-                    with trio.move_on_at(wake_at):
-                        item = await receive.receive()
-                        if item is LISTED:
-                            # A (re)listing is authoritative: not in it means absent.
-                            exists, status = listing is not None, listing
-                            listing, listed, judge = None, True, True
-                        else:
-                            event = cast(RawWatchEvent, item)
-                            obj = event["object"]
-                            if (obj.get("metadata") or {}).get("name") != name:
-                                continue  # another peering neighbourhood: not ours to judge
-                            if event["type"] is None:
-                                listing = obj.get("status") or {}
-                                continue
-                            exists = event["type"] != "DELETED"
-                            status = (obj.get("status") or {}) if exists else None
-                            judge = listed
-                    if not judge and not listed:
-                        continue
-                    # Judged on every change, and when a blocking peer should have expired.
-                    decision = self._judge(key, exists=exists, status=status)
-                    wake_at = math.inf
-                    if decision is not None:
-                        if decision.dead:
-                            await self._clean(key, decision)
-                        deadline = decision.wake_up_at()
-                        if deadline is not None:
-                            delay = (deadline - self._now()).total_seconds()
-                            wake_at = trio.current_time() + max(0.0, delay)
+            if decision is not None:
+                if decision.dead:
+                    await self._clean(key, decision)
+                deadline = decision.wake_up_at()
+                if deadline is not None:
+                    delay = (deadline - self._now()).total_seconds()
+                    wake_at = trio.current_time() + max(0.0, delay)
+
+        await observe_resource(
+            self._api,
+            resource,
+            namespace,
+            settings=self._settings.watching,
+            keep=ours,
+            on_listing=relisted,
+            on_event=changed,
+            wake_at=lambda: wake_at,
+            on_wake=judge,
+            logger=logger,
+        )
 
     def _judge(self, key: PeeringKey, *, exists: bool, status: Any) -> PeeringDecision | None:
         _, namespace = key

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import datetime
 import logging
 import math
 import sys
@@ -44,8 +43,8 @@ import trio
 from trioperator._client.api import APIClient
 from trioperator._client.events import post_event
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.contexts import run_basetime
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME
+from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
+from trioperator._util import clock
 
 __all__ = [
     "DRAIN_TIMEOUT",
@@ -375,7 +374,7 @@ async def _post_one(
             reporting_component=posting.reporting_component,
             reporting_instance=posting.reporting_instance,
             name_prefix=posting.event_name_prefix,
-            now=_now(),
+            now=clock.now(),
             logger=logger,
         )
     except Exception as exc:
@@ -384,11 +383,6 @@ async def _post_one(
         logger.warning(
             f"Failed to post an event. Ignoring and continuing. Error: {exc!r}. Event: {queued}"
         )
-
-
-def _now() -> datetime.datetime:
-    # The same wall clock as every other record of the operator (governed by MockClock in tests).
-    return run_basetime() + datetime.timedelta(seconds=trio.current_time())
 
 
 # ------------------------------------------------------------------ log records -> events
@@ -440,15 +434,7 @@ class ObjectEventsHandler(logging.Handler):
 
 
 def _type_of(levelno: int) -> str:
-    if levelno <= logging.DEBUG:
-        return "Debug"
-    if levelno <= logging.INFO:
-        return "Normal"
-    if levelno <= logging.WARNING:
-        return "Warning"
-    if levelno <= logging.ERROR:
-        return "Error"
-    return "Fatal"
+    return level_word(levelno, ("Debug", "Normal", "Warning", "Error", "Fatal"))
 
 
 def _plain_message(record: logging.LogRecord) -> str:

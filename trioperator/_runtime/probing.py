@@ -29,7 +29,6 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Final, TypeAlias
-from urllib.parse import urlsplit
 
 import trio
 
@@ -40,6 +39,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
 from trioperator._runtime.execution import Execution
+from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Handler, Request, Response, serve_http
 
 __all__ = [
@@ -48,7 +48,6 @@ __all__ = [
     "HealthSource",
     "ProbeHealth",
     "WatchersMonitor",
-    "parse_endpoint",
     "serve_liveness",
 ]
 
@@ -173,23 +172,6 @@ async def serve_liveness(
         bound = listeners[0].socket.getsockname()[1]
         logger.info(f"Serving the liveness endpoint at http://{_netloc(host, bound)}{path}")
         task_status.started(bound)
-
-
-def parse_endpoint(endpoint: str, *, what: str = "liveness") -> tuple[str, int, str]:
-    """``http://host:port/path`` -> ``(host, port, path)``; only ``http://`` is supported.
-
-    ``what`` names the endpoint in the errors (liveness, metrics).
-    """
-    parts = urlsplit(endpoint)
-    if parts.scheme != "http":
-        raise ValueError(f"Only http:// {what} endpoints are supported, not {endpoint!r}.")
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"A wrong port in the {what} endpoint {endpoint!r}: {exc}") from None
-    # Reachable by the kubelet (probes) and by Prometheus (metrics) unless told otherwise.
-    host = parts.hostname or "0.0.0.0"
-    return host, port if port is not None else 80, parts.path or "/"
 
 
 def _netloc(host: str, port: int) -> str:

@@ -35,7 +35,7 @@ from trioperator._engine.progression import HandlerState, State, deliver_results
 from trioperator._engine.reasons import TITLES, Reason
 from trioperator._runtime.applying import apply_patch
 from trioperator._runtime.contexts import ResourceContext
-from trioperator._runtime.daemons import settle_daemons
+from trioperator._runtime.daemon_spawning import settle_daemons
 from trioperator._runtime.execution import (
     Execution,
     run_handler_once,
@@ -60,17 +60,6 @@ class CycleOutcome:
     """Daemons still hold the object being deleted: wake up when one of them ends."""
 
 
-def execution_for(ctx: ResourceContext) -> Execution:
-    settings = ctx.settings
-    return Execution(
-        now=ctx.operator.now,
-        default_backoff=settings.execution.default_backoff,
-        limiter=ctx.operator.thread_limiter,
-        metrics=ctx.operator.metrics,
-        progress_storage=settings.persistence.progress_storage,
-    )
-
-
 async def process_events(
     ctx: ResourceContext, events: Sequence[RawEvent], memory: ObjectMemory, patch: Patch
 ) -> None:
@@ -81,7 +70,7 @@ async def process_events(
     """
     if not ctx.registry.has_watching_handlers(ctx.resource):
         return
-    execution = execution_for(ctx)
+    execution = Execution.for_operator(ctx.operator, progress=True)
     for event in events:
         body = Body(event["object"])
         logger = ObjectLogger(event["object"])
@@ -225,7 +214,7 @@ async def _process_changing_cause(
     persistence = ctx.settings.persistence
     progress = persistence.progress_storage
     diffbase = persistence.diffbase_storage
-    execution = execution_for(ctx)
+    execution = Execution.for_operator(ctx.operator, progress=True)
     now = execution.now()
 
     old = diffbase.fetch(body=body)

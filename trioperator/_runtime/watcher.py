@@ -3,7 +3,7 @@
 Task tree::
 
     run_watcher                      owns the background and the workers' nurseries
-    └── background nursery           daemons and timers (trioperator._runtime.daemons)
+    └── background nursery           daemons and timers (trioperator._runtime.daemon_keeper)
         ├── exit relay               the operator's stop -> all daemons stop (OPERATOR_EXITING)
         ├── daemon/timer tasks       one per (object, handler), with their terminators
         └── workers' nursery
@@ -21,7 +21,7 @@ A graceful stop (``operator.stopping``, or ``ctx.stopping`` for this watcher alo
 stream first and asks every daemon to stop;
 then every worker's mailbox is closed so that each finishes what is already queued, for at most
 ``settings.queueing.exit_timeout`` seconds, after which the rest is cancelled. The daemons end
-within their own termination limits (see daemons.py); the watcher returns when all have.
+within their own termination limits (see daemon_keeper.py); the watcher returns when all have.
 
 Indexing happens here, in the router, not in the workers (see _runtime/indexing.py for why).
 A watcher of an indexed resource holds the operator's indexing gate closed until its initial
@@ -40,7 +40,8 @@ from trioperator._client.watching import LISTED, WatchItem, stream_events
 from trioperator._engine.bodies import RawEvent
 from trioperator._engine.stoppers import DaemonStoppingReason
 from trioperator._runtime.contexts import ResourceContext
-from trioperator._runtime.daemons import DaemonsKeeper
+from trioperator._runtime.daemon_keeper import DaemonsKeeper
+from trioperator._runtime.daemon_spawning import new_keeper
 from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import Mailbox
@@ -94,7 +95,7 @@ async def run_watcher(
 
     try:
         async with trio.open_nursery() as background:
-            keeper = ctx.daemons = DaemonsKeeper(ctx, background)
+            keeper = ctx.daemons = new_keeper(ctx, background)
             relay = trio.CancelScope()
             background.start_soon(_close_when_stopping, ctx, keeper, relay, name="exit relay")
             try:

@@ -50,6 +50,7 @@ __all__ = [
     "ConfigTranslator",
     "ServingSetup",
     "SetupBuilder",
+    "StrPath",
     "build_url",
     "serve_relayed",
     "serve_translated",
@@ -59,6 +60,7 @@ __all__ = [
 logger = logging.getLogger("trioperator.webhooks")
 
 StrPath: TypeAlias = str | os.PathLike[str]
+"""A file name as ``open()`` takes it (the certificate, key and CA files)."""
 
 RETIRED_GRACE: Final = 30.0
 """Seconds that connections of a restarted listener keep serving the reviews in flight: the

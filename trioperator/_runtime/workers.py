@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 import trio
 
@@ -20,11 +21,13 @@ from trioperator._engine.bodies import RawBody, RawEvent
 from trioperator._engine.causes import is_deletion_ongoing
 from trioperator._engine.patches import Patch
 from trioperator._runtime.contexts import ResourceContext
-from trioperator._runtime.daemons import process_spawning
+from trioperator._runtime.daemon_spawning import process_spawning
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
+from trioperator._runtime.waiting import first_of
+from trioperator._util.ordering import OrderedSlots, current_ticket
 
 WAITING_KEEPALIVE_INTERVAL = 10 * 60
 """The longest a delay sleeps before touching the object anyway (as Kopf does)."""
@@ -44,24 +47,17 @@ async def _wait(
     ``wake`` (if given) ends the wait early too, with nothing received: the caller checks it.
     A waiting worker is not busy (for the metrics).
     """
-    open_ = True
     ctx.workers_busy -= 1
     try:
         with trio.move_on_after(max(seconds, 0)):
             if wake is None:
                 return await mailbox.wait(into)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_when_set, wake, nursery.cancel_scope)
-                open_ = await mailbox.wait(into)
-                nursery.cancel_scope.cancel()
-        return open_
+            first = await first_of(partial(mailbox.wait, into), wake.wait)
+            # Woken up (the second wait): nothing received; the mailbox is asked again later.
+            return bool(first.value) if first.index == 0 else True
+        return True  # the time is up: nothing received, still open
     finally:
         ctx.workers_busy += 1
-
-
-async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
 
 
 async def run_worker(
@@ -83,6 +79,9 @@ async def run_worker(
         # Before taking a slot: waiting for the indices must not hold back the objects
         # that are still to be indexed (it would not, anyway: see _runtime/indexing.py).
         await ctx.operator.indexing.wait()
+        # Its slot, and the first request of each cycle, go to the oldest work first: objects
+        # are handled in the order they came (see _util/ordering.py).
+        current_ticket.set(mailbox.ticket)
         slot = _Slot(ctx.worker_slots)
         try:
             await slot.acquire()
@@ -101,13 +100,14 @@ class _Slot:
     is held back until waiting workers take their events, which needs free slots.
     """
 
-    def __init__(self, slots: trio.Semaphore | None) -> None:
+    def __init__(self, slots: OrderedSlots | None) -> None:
         self._slots = slots
         self.held = False
+        self.ticket = current_ticket.get()  # taken again after a wait: still the old work
 
     async def acquire(self) -> None:
         if self._slots is not None and not self.held:
-            await self._slots.acquire()
+            await self._slots.acquire(self.ticket)
             self.held = True
 
     def release(self) -> None:
@@ -193,6 +193,7 @@ async def _serve_busy(
             if expected is not None and mailbox.has_seen(expected):
                 memory.expected_version = None
             latest = pending[-1]
+            current_ticket.set(mailbox.ticket)
             events = list(pending)
             pending.clear()
             if objlogger is None:

@@ -40,6 +40,7 @@ import trio
 import yaml
 
 from trioperator._engine.patches import apply_merge_patch
+from trioperator._util.clock import now as operator_now
 from trioperator._util.httpserver import DropConnection, Request, Response, serve_http
 from trioperator.testing._fakestore import (
     Change,
@@ -402,7 +403,6 @@ class FakeAPI:
         self.raw_requests: list[Request] = []
         """The same requests with headers and raw bodies."""
         self._clock = clock
-        self._epoch: tuple[datetime.datetime, float] | None = None
         self._injections: list[Injection] = []
         self._pending_watch_errors: list[tuple[PathPattern, Obj]] = []
         self._watches: weakref.WeakSet[_WatchStream] = weakref.WeakSet()
@@ -501,14 +501,7 @@ class FakeAPI:
         """The fake's wall-clock time (see ``clock`` in the constructor)."""
         if self._clock is not None:
             return self._clock()
-        try:
-            now = trio.current_time()
-        except RuntimeError:  # outside of trio: before serving, or from a thread
-            return datetime.datetime.now(datetime.UTC)
-        if self._epoch is None:
-            self._epoch = (datetime.datetime.now(datetime.UTC), now)
-        wall, start = self._epoch
-        return wall + datetime.timedelta(seconds=now - start)
+        return operator_now()  # the operator's wall clock: both agree on the time
 
     def _timestamp(self) -> str:
         return self.now().astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

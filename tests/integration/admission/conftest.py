@@ -6,23 +6,14 @@ double of a trio-native server stands in for the real ones (``_kits/webhooks.py`
 
 from __future__ import annotations
 
-import datetime
-import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 import trio
-from trioperator._client.api import APIClient
-from trioperator._client.credentials import ConnectionInfo, Vault
+from tests.integration.conftest import wait_until
 from trioperator._client.resources import Resource
-from trioperator._client.settings import NetworkingSettings
-from trioperator._engine.registry import OperatorRegistry
-from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
-from trioperator._runtime.execution import Execution
-from trioperator._runtime.invocation import make_limiter
-from trioperator.testing import FakeAPI
 
 EXAMPLES = Resource(
     group="kopf.dev",
@@ -107,54 +98,8 @@ class FakeServer:
 
 
 @pytest.fixture
-async def fake_api() -> AsyncIterator[FakeAPI]:
-    async with FakeAPI.serve() as api:
-        yield api
-
-
-@pytest.fixture
-async def api_client(fake_api: FakeAPI) -> AsyncIterator[APIClient]:
-    vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
-    async with APIClient(vault, NetworkingSettings(error_backoffs=(1, 2))) as client:
-        yield client
-
-
-@pytest.fixture
-def settings() -> OperatorSettings:
-    return OperatorSettings()
-
-
-@pytest.fixture
-def registry() -> OperatorRegistry:
-    return OperatorRegistry()
-
-
-@pytest.fixture
 def insights() -> Insights:
     return Insights()
-
-
-@pytest.fixture
-def execution() -> Execution:
-    basetime = datetime.datetime(2020, 12, 31, tzinfo=datetime.UTC)
-    return Execution(
-        now=lambda: basetime + datetime.timedelta(seconds=trio.current_time()),
-        default_backoff=60,
-        limiter=make_limiter(None),
-    )
-
-
-@pytest.fixture
-def caplog_trioperator(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG, logger="trioperator")
-    return caplog
-
-
-async def wait_until(predicate: Any, limit: float = 600) -> None:
-    """Poll every 10 ms of mock time (real I/O with the fake API is in flight)."""
-    with trio.fail_after(limit):
-        while not predicate():  # noqa: ASYNC110 -- polling what the fake API holds
-            await trio.sleep(0.01)
 
 
 class Helpers:

@@ -18,29 +18,6 @@ from trioperator.testing import FakeAPI
 
 MANAGED = "auto.kopf.dev"
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {"plural": "kopfexamples", "singular": "kopfexample", "kind": "KopfExample"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 OBJ: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",
     "kind": "KopfExample",
@@ -60,12 +37,6 @@ def review(obj: dict[str, Any], operation: str = "UPDATE") -> bytes:
     }
     payload = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
     return json.dumps(payload).encode()
-
-
-@pytest.fixture
-def crd_api(fake_api: FakeAPI) -> FakeAPI:
-    fake_api.create_object("customresourcedefinitions", copy.deepcopy(CRD))
-    return fake_api
 
 
 def messages(api: FakeAPI) -> str:

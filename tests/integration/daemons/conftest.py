@@ -4,29 +4,17 @@ nursery against the fake API, on trio's mock clock), shared from there rather th
 from __future__ import annotations
 
 from tests.integration.runtime.conftest import (
-    CRD,
     OBJ,
-    LogLine,
-    Logs,
     Running,
     fake_api,
-    logs,
     obj,
-    registry,
     run_operator,
-    settings,
 )
 
 __all__ = [
-    "CRD",
     "OBJ",
-    "LogLine",
-    "Logs",
     "Running",
     "fake_api",
-    "logs",
     "obj",
-    "registry",
     "run_operator",
-    "settings",
 ]

@@ -7,20 +7,14 @@ points at the fake API.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 import trio
+from tests.integration.conftest import wait_until
 from trioperator._client.api import APIClient
-from trioperator._client.credentials import ConnectionInfo, Vault
-from trioperator._client.settings import NetworkingSettings
-from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.execution import Execution
-from trioperator._runtime.invocation import make_limiter
 from trioperator._runtime.posting import (
     K8sEvent,
     ObjectEventsHandler,
@@ -28,42 +22,6 @@ from trioperator._runtime.posting import (
     open_poster_channel,
     run_poster,
 )
-from trioperator.testing import FakeAPI
-
-
-@pytest.fixture
-async def fake_api() -> AsyncIterator[FakeAPI]:
-    async with FakeAPI.serve() as api:
-        yield api
-
-
-@pytest.fixture
-def settings() -> OperatorSettings:
-    return OperatorSettings()
-
-
-@pytest.fixture
-def registry() -> OperatorRegistry:
-    return OperatorRegistry()
-
-
-@pytest.fixture
-async def api_client(fake_api: FakeAPI) -> AsyncIterator[APIClient]:
-    vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
-    # Short backoffs: a failing POST is retried a few times, then given up quickly.
-    networking = NetworkingSettings(error_backoffs=(1, 2))
-    async with APIClient(vault, networking) as client:
-        yield client
-
-
-@pytest.fixture
-def execution() -> Execution:
-    basetime = datetime.datetime(2020, 12, 31, tzinfo=datetime.UTC)
-    return Execution(
-        now=lambda: basetime + datetime.timedelta(seconds=trio.current_time()),
-        default_backoff=60,
-        limiter=make_limiter(None),
-    )
 
 
 class Posting:
@@ -120,19 +78,6 @@ def _no_leftover_log_handler() -> Iterator[None]:
     """The log-to-events handler is installed once per process; keep tests independent."""
     yield
     ObjectEventsHandler.uninstall()
-
-
-@pytest.fixture
-def caplog_trioperator(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
-    caplog.set_level(logging.DEBUG, logger="trioperator")
-    return caplog
-
-
-async def wait_until(predicate: Any, limit: float = 600) -> None:
-    """Poll every 10 ms of mock time (real I/O with the fake API is in flight)."""
-    with trio.fail_after(limit):
-        while not predicate():  # noqa: ASYNC110 -- polling what the fake API holds
-            await trio.sleep(0.01)
 
 
 class Helpers:

@@ -26,42 +26,12 @@ pytestmark = pytest.mark.skipif(
     reason="the operator does not wire the poster and the liveness endpoint yet",
 )
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {"plural": "kopfexamples", "singular": "kopfexample", "kind": "KopfExample"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
 OBJ: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",
     "kind": "KopfExample",
     "metadata": {"name": "kopf-example-1", "namespace": "default"},
     "spec": {"field": "value"},
 }
-
-
-@pytest.fixture
-def crd_api(fake_api: FakeAPI) -> FakeAPI:
-    fake_api.create_object("customresourcedefinitions", copy.deepcopy(CRD))
-    return fake_api
 
 
 def reasons(api: FakeAPI) -> list[str]:

@@ -20,7 +20,8 @@ from trioperator._client.watching import WatchHealth, WatchItem, stream_events
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.execution import Execution
-from trioperator._runtime.probing import ProbeHealth, parse_endpoint, serve_liveness
+from trioperator._runtime.probing import ProbeHealth, serve_liveness
+from trioperator._util.endpoints import parse_endpoint
 from trioperator.testing import FakeAPI
 
 Starter = Callable[..., Awaitable[httpx.AsyncClient]]

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import copy
-import logging
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -18,36 +17,6 @@ from trioperator.testing import FakeAPI
 if TYPE_CHECKING:
     from trioperator.testing._fakestore import Change
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {
-            "plural": "kopfexamples",
-            "singular": "kopfexample",
-            "kind": "KopfExample",
-            "shortNames": ["kex"],
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
-
 OBJ: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",
     "kind": "KopfExample",
@@ -57,26 +26,16 @@ OBJ: dict[str, Any] = {
 
 
 @pytest.fixture
-async def fake_api() -> AsyncIterator[FakeAPI]:
-    async with FakeAPI.serve() as api:
-        api.create_object("customresourcedefinitions", copy.deepcopy(CRD))
-        yield api
+def fake_api(fake_api: FakeAPI, crd: dict[str, Any]) -> FakeAPI:
+    """Every runtime test has the example CRD (so ``crd_api`` is not for these tests)."""
+    fake_api.create_object("customresourcedefinitions", crd)
+    return fake_api
 
 
 @pytest.fixture
 def obj() -> dict[str, Any]:
     """A fresh copy of the example object's body, to create it in the fake directly."""
     return copy.deepcopy(OBJ)
-
-
-@pytest.fixture
-def registry() -> OperatorRegistry:
-    return OperatorRegistry()
-
-
-@pytest.fixture
-def settings() -> OperatorSettings:
-    return OperatorSettings()
 
 
 class Running:
@@ -233,62 +192,3 @@ class WatchGate:
 @pytest.fixture
 def watch_gate(fake_api: FakeAPI) -> WatchGate:
     return WatchGate(fake_api)
-
-
-class LogLine(NamedTuple):
-    time: float | None
-    """trio's (mock) time when it was logged; ``None`` if logged from a thread."""
-    logger: str
-    level: int
-    message: str
-
-
-class Logs(logging.Handler):
-    """The log lines of trioperator, each with the trio time it was logged at."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.lines: list[LogLine] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            now: float | None = trio.current_time()
-        except RuntimeError:
-            now = None
-        self.lines.append(LogLine(now, record.name, record.levelno, record.getMessage()))
-
-    def messages(self, level: int = logging.DEBUG) -> list[str]:
-        return [line.message for line in self.lines if line.level >= level]
-
-    def times(self, fragment: str) -> list[float | None]:
-        """When the lines containing ``fragment`` were logged."""
-        return [line.time for line in self.lines if fragment in line.message]
-
-    def count(self, fragment: str) -> int:
-        return sum(1 for line in self.lines if fragment in line.message)
-
-    def assert_in_order(self, *fragments: str) -> None:
-        """Each fragment is in some line, each after the line of the previous one."""
-        messages = self.messages()
-        position = 0
-        for fragment in fragments:
-            for index in range(position, len(messages)):
-                if fragment in messages[index]:
-                    position = index + 1
-                    break
-            else:
-                raise AssertionError(f"{fragment!r} not found in order in:\n" + "\n".join(messages))
-
-
-@pytest.fixture
-def logs() -> Iterator[Logs]:
-    handler = Logs()
-    logger = logging.getLogger("trioperator")
-    old_level = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)

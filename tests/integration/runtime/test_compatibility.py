@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 import trioperator as kopf
-from trioperator._runtime.contexts import run_basetime
+from trioperator._util.clock import run_basetime
 
 DIFFBASE = "kopf.zalando.org/last-handled-configuration"
 # Exactly what Kopf 1.45 writes for OBJ: compact JSON and a newline.

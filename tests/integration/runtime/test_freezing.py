@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import datetime
 from typing import Any
 
@@ -16,27 +15,21 @@ from trioperator._runtime.operator import Operator
 from trioperator.cli import CLIControls, main
 from trioperator.testing import FakeAPI
 
-from .test_peering import CLUSTER, PEERING_CRDS, _create_peering, _records, _until, _vault
+# The same fixtures as the peering tests: the peering CRDs in the fake, a create handler.
+from .test_peering import (
+    CLUSTER,
+    PEERING_CRDS,
+    _create_peering,
+    _records,
+    _until,
+    _vault,
+    created,
+    fake_api,
+)
+
+__all__ = ["created", "fake_api"]  # fixtures, used by name
 
 ADMIN = "admin@laptop"
-
-
-@pytest.fixture
-async def fake_api(fake_api: FakeAPI) -> FakeAPI:
-    for crd in PEERING_CRDS:
-        fake_api.create_object("customresourcedefinitions", copy.deepcopy(crd))
-    return fake_api
-
-
-@pytest.fixture
-def created(registry: kopf.OperatorRegistry) -> list[str]:
-    names: list[str] = []
-
-    @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
-        names.append(name)
-
-    return names
 
 
 async def _touch(api: FakeAPI, now: Any, **kwargs: Any) -> list[Any]:

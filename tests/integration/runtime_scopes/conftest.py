@@ -6,17 +6,13 @@ operator builds it, and ``run_orchestrator`` is started in the test's nursery.
 
 from __future__ import annotations
 
-import copy
-import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import trio
-
-# The example CRD, the same as the runtime tests use.
-from tests.integration.runtime.conftest import CRD
+from tests.integration.conftest import wait_until
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.watching import WatchHealth
@@ -27,11 +23,6 @@ from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.invocation import make_limiter
 from trioperator._runtime.orchestration import Orchestration, run_orchestrator
 from trioperator.testing import FakeAPI
-
-
-@pytest.fixture
-def crd() -> dict[str, Any]:
-    return copy.deepcopy(CRD)
 
 
 @pytest.fixture
@@ -52,23 +43,6 @@ def fake_api(bare_api: FakeAPI, crd: dict[str, Any]) -> FakeAPI:
     return bare_api
 
 
-@pytest.fixture
-def registry() -> OperatorRegistry:
-    return OperatorRegistry()
-
-
-@pytest.fixture
-def settings() -> OperatorSettings:
-    return OperatorSettings()
-
-
-async def wait_for(predicate: Callable[[], object], limit: float = 600) -> None:
-    """Poll ``predicate`` every 10 ms of mock time; fail after ``limit`` seconds."""
-    with trio.fail_after(limit):
-        while not predicate():  # noqa: ASYNC110 -- polling what the fake API holds
-            await trio.sleep(0.01)
-
-
 class Orchestrated:
     """A running orchestrator, its context, and a graceful stop."""
 
@@ -77,7 +51,7 @@ class Orchestrated:
         self.orchestration = orchestration
         self.finished = trio.Event()
 
-    wait_for = staticmethod(wait_for)
+    wait_for = staticmethod(wait_until)
 
     @property
     def serving(self) -> set[tuple[str, str | None]]:
@@ -86,7 +60,7 @@ class Orchestrated:
 
     async def stop(self) -> None:
         self.context.stopping.set()
-        await wait_for(self.finished.is_set)
+        await wait_until(self.finished.is_set)
 
 
 @pytest.fixture
@@ -110,7 +84,6 @@ async def orchestrate(
                 memo=Memo(),
                 thread_limiter=make_limiter(settings.execution.max_workers),
             )
-            context.reset_basetime()
             finished = trio.Event()
 
             async def main(*, task_status: trio.TaskStatus[Orchestration]) -> None:
@@ -138,34 +111,3 @@ async def orchestrate(
         yield start
         for running in started:
             running.context.stopping.set()
-
-
-class Logs(logging.Handler):
-    """The log lines of trioperator."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def messages(self, level: int = logging.DEBUG) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno >= level]
-
-    def count(self, fragment: str, level: int = logging.DEBUG) -> int:
-        return sum(1 for message in self.messages(level) if fragment in message)
-
-
-@pytest.fixture
-def logs() -> Iterator[Logs]:
-    handler = Logs()
-    logger = logging.getLogger("trioperator")
-    old_level = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)

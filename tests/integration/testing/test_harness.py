@@ -11,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 import trioperator as kopf
+from tests.integration.conftest import CRD
 from trioperator.testing import (
     FakeAPI,
     OperatorHarness,
@@ -23,19 +24,6 @@ from trioperator.testing import (
 pytest_plugins = ["trioperator.testing.pytest_plugin"]
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {"plural": "kopfexamples", "singular": "kopfexample", "kind": "KopfExample"},
-        "versions": [
-            {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}
-        ],
-    },
-}
 
 
 def body(name: str = "kex-1", namespace: str = "default", **spec: Any) -> dict[str, Any]:

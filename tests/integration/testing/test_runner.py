@@ -14,23 +14,11 @@ from typing import Any
 
 import pytest
 import trioperator as kopf
+from tests.integration.conftest import CRD
 from trioperator.testing import FakeAPIThread, KopfRunner, RecordedRequest
 
 pytest_plugins = ["trioperator.testing.pytest_plugin"]
 
-CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "kopfexamples.kopf.dev"},
-    "spec": {
-        "group": "kopf.dev",
-        "scope": "Namespaced",
-        "names": {"plural": "kopfexamples", "singular": "kopfexample", "kind": "KopfExample"},
-        "versions": [
-            {"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}
-        ],
-    },
-}
 OBJ: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",
     "kind": "KopfExample",

@@ -13,8 +13,8 @@ import trioperator as kopf
 from trioperator._engine.webhooks import WebhookClientConfig
 from trioperator._kits import webhooks
 from trioperator._kits.cluster_detection import ServerIdentity, recognise_cluster
+from trioperator._kits.errors import MissingDependencyError
 from trioperator._kits.webhooks import (
-    MissingDependencyError,
     WebhookServer,
     accessible_addr,
     certificate_hostnames,

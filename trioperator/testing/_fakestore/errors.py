@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from trioperator.testing._fakestore.catalogue import ResourceDef
 from trioperator.testing._fakestore.values import Obj
-
-if TYPE_CHECKING:
-    from trioperator.testing._fakestore.catalogue import ResourceDef
 
 
 class StatusError(Exception):
