@@ -84,6 +84,9 @@ def _machine(results: dict[str, Any]) -> list[str]:
         f"- Python {m.get('python')} (trioperator), {m.get('python_kopf_venv')} (Kopf's venv)",
         f"- trioperator {m.get('trioperator')} (trio {m.get('trio')}, httpx2 {m.get('httpx2')}); "
         f"Kopf {m.get('kopf')} (aiohttp {m.get('aiohttp')})",
+        f"- Client libraries logged in through by default (imported at every start): "
+        f"{m.get('login_libraries', '?')} (trioperator), "
+        f"{m.get('login_libraries_kopf_venv', '?')} (Kopf's venv)",
         f"- kube-apiserver {m.get('kube_apiserver')}, etcd {m.get('etcd')}, on loopback "
         f"({results.get('cluster')} cluster)",
         f"- Run: {results.get('started')}, {results.get('duration_s', 0) / 60:.1f} min; "

@@ -6,18 +6,22 @@ be written for a version that is not preferred. A group version that fails to an
 logged and skipped, so one broken extension does not blind the whole operator. Connection
 failures and other errors escalate: they are not about one group.
 
-Groups are scanned one after another: this layer opens no nurseries, and a scan is rare.
+A scan can be limited to a :data:`DiscoveryScope`: the API groups (and versions) that the
+handlers' selectors can match; the other groups' resource lists are not requested at all. Here
+the group versions are scanned one after another (this layer opens no nurseries); the runtime
+layer scans them in parallel with the same building blocks (``_runtime/discovering.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import msgspec
 
 from trioperator._client.api import APIClient, Logger
 from trioperator._client.errors import APIForbiddenError, APINotFoundError, APIServerError
-from trioperator._client.resources import Resource
+from trioperator._client.resources import DiscoveryScope, Resource, in_scope
 from trioperator._wire.discovery import (
     APIResourceList,
     decode_api_group_list,
@@ -25,11 +29,30 @@ from trioperator._wire.discovery import (
     decode_api_versions,
 )
 
-__all__ = ["resources_from_list", "scan_resources"]
+__all__ = [
+    "DiscoveryScope",
+    "GroupVersion",
+    "in_scope",
+    "list_core_versions",
+    "list_group_versions",
+    "resources_from_list",
+    "scan_group_version",
+    "scan_resources",
+]
 
 _LOGGER = logging.getLogger(__name__)
 
 _SKIPPABLE = (APINotFoundError, APIForbiddenError, APIServerError)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupVersion:
+    """One served group version, as the discovery roots (``/api``, ``/apis``) list it."""
+
+    path: str
+    group: str
+    version: str
+    preferred: bool
 
 
 def resources_from_list(
@@ -66,15 +89,12 @@ def resources_from_list(
     return resources
 
 
-async def _scan_group_version(
-    api: APIClient,
-    path: str,
-    *,
-    group: str,
-    version: str,
-    preferred: bool,
-    log: Logger,
+async def scan_group_version(
+    api: APIClient, group_version: GroupVersion, *, logger: Logger | None = None
 ) -> list[Resource]:
+    """The resources of one group version; none (with a warning) if it cannot be read."""
+    log: Logger = logger if logger is not None else _LOGGER
+    path = group_version.path
     try:
         response = await api.request_raw("GET", path, logger=log)
     except _SKIPPABLE as exc:
@@ -85,31 +105,65 @@ async def _scan_group_version(
     except msgspec.DecodeError as exc:
         log.warning(f"Skipping {path} in the resource discovery: malformed response: {exc}")
         return []
-    return resources_from_list(listing, group=group, version=version, preferred=preferred)
+    return resources_from_list(
+        listing,
+        group=group_version.group,
+        version=group_version.version,
+        preferred=group_version.preferred,
+    )
 
 
-async def scan_resources(api: APIClient, *, logger: Logger | None = None) -> list[Resource]:
-    """Every resource of every served group version (core first, then groups in server order)."""
+async def list_core_versions(
+    api: APIClient, *, scope: DiscoveryScope | None = None, logger: Logger | None = None
+) -> list[GroupVersion]:
+    """The core group's versions in the scope (no request if the core group is out of it)."""
+    if not in_scope(scope, ""):
+        return []
     log: Logger = logger if logger is not None else _LOGGER
-    resources: list[Resource] = []
-
     core = decode_api_versions((await api.request_raw("GET", "/api", logger=log)).body)
-    for index, version in enumerate(core.versions):
+    return [
         # The core group has no "preferred version" field; the server lists it first.
-        resources += await _scan_group_version(
-            api, f"/api/{version}", group="", version=version, preferred=index == 0, log=log
-        )
+        GroupVersion(path=f"/api/{version}", group="", version=version, preferred=index == 0)
+        for index, version in enumerate(core.versions)
+        if in_scope(scope, "", version)
+    ]
 
+
+async def list_group_versions(
+    api: APIClient, *, scope: DiscoveryScope | None = None, logger: Logger | None = None
+) -> list[GroupVersion]:
+    """The named groups' versions in the scope, in the server's order (no request if only
+    the core group is in the scope)."""
+    if scope is not None and all(group == "" for group, _ in scope):
+        return []
+    log: Logger = logger if logger is not None else _LOGGER
     groups = decode_api_group_list((await api.request_raw("GET", "/apis", logger=log)).body)
+    found: list[GroupVersion] = []
     for group in groups.groups:
+        if not in_scope(scope, group.name):
+            continue
         preferred = group.preferred_version.version if group.preferred_version else None
-        for group_version in group.versions:
-            resources += await _scan_group_version(
-                api,
-                f"/apis/{group_version.group_version}",
+        found.extend(
+            GroupVersion(
+                path=f"/apis/{group_version.group_version}",
                 group=group.name,
                 version=group_version.version,
                 preferred=group_version.version == preferred,
-                log=log,
             )
+            for group_version in group.versions
+            # The preferred flag needs the whole group; out-of-scope versions are just skipped.
+            if in_scope(scope, group.name, group_version.version)
+        )
+    return found
+
+
+async def scan_resources(
+    api: APIClient, *, scope: DiscoveryScope | None = None, logger: Logger | None = None
+) -> list[Resource]:
+    """Every resource of every served group version in the scope (all without a scope): core
+    first, then groups in server order; one request after another."""
+    resources: list[Resource] = []
+    for list_versions in (list_core_versions, list_group_versions):
+        for group_version in await list_versions(api, scope=scope, logger=logger):
+            resources += await scan_group_version(api, group_version, logger=logger)
     return resources

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeAlias
 
 import msgspec
 
@@ -65,3 +65,16 @@ class Resource(msgspec.Struct, frozen=True, kw_only=True):
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.version}.{self.group}".rstrip(".")
+
+
+DiscoveryScope: TypeAlias = frozenset[tuple[str, str | None]]
+"""The (group, version) pairs worth scanning; a version of ``None``: every version of that
+group. ``None`` instead of a scope: every group (as for ``EVERYTHING`` or a selector without a
+group)."""
+
+
+def in_scope(scope: DiscoveryScope | None, group: str, version: str | None = None) -> bool:
+    """Whether a group (any of its versions, without one) or a group version is to be scanned."""
+    if scope is None:
+        return True
+    return any(g == group and (v is None or version is None or v == version) for g, v in scope)

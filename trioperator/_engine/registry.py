@@ -19,7 +19,7 @@ import contextvars
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
-from trioperator._client.resources import Resource
+from trioperator._client.resources import DiscoveryScope, Resource
 from trioperator._engine.filters import FieldPath, KwargsSource, match, prematch
 from trioperator._engine.handlers import (
     Activity,
@@ -35,7 +35,12 @@ from trioperator._engine.handlers import (
 )
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.reasons import HANDLER_REASONS, Reason
-from trioperator._engine.selectors import Selector, ServedResources, resolve_resources
+from trioperator._engine.selectors import (
+    Selector,
+    ServedResources,
+    discovery_scope,
+    resolve_resources,
+)
 
 __all__ = [
     "OperatorRegistry",
@@ -258,6 +263,11 @@ class OperatorRegistry:
     def selectors(self) -> frozenset[Selector]:
         """All selectors of all resource handlers: what discovery must look for."""
         return self.get_selectors()
+
+    def discovery_scope(self, *, extra_groups: Iterable[str] = ()) -> DiscoveryScope | None:
+        """The group versions worth discovering for the handlers registered now (``None``:
+        every group), plus ``extra_groups`` in full."""
+        return discovery_scope(self.selectors, extra_groups=extra_groups)
 
     def resolve_resources(self, resources: Collection[Resource]) -> ServedResources:
         """What to serve among the discovered resources, and the warnings to log."""

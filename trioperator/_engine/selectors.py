@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Collection, Iterable
 from typing import Final, TypeAlias
 
-from trioperator._client.resources import Resource
+from trioperator._client.resources import DiscoveryScope, Resource
 
 __all__ = [
     "EVERYTHING",
@@ -24,6 +24,7 @@ __all__ = [
     "ResourceCallback",
     "Selector",
     "ServedResources",
+    "discovery_scope",
     "resolve_resources",
 ]
 
@@ -328,6 +329,24 @@ class ServedResources:
 
 def _names(resources: Iterable[Resource]) -> str:
     return ", ".join(sorted(str(resource) for resource in resources))
+
+
+def discovery_scope(
+    selectors: Iterable[Selector], *, extra_groups: Iterable[str] = ()
+) -> DiscoveryScope | None:
+    """The group versions the selectors can match: what the discovery needs to scan.
+
+    ``None`` (every group) as soon as one selector has no group: a name (which the core group
+    shadows, and which may be ambiguous across groups), a category, a callback, ``EVERYTHING``.
+    A selector without a version needs every version of its group (the preferred one is only
+    known from the group's listing). ``extra_groups`` are needed in full as well (e.g. peering).
+    """
+    scope: set[tuple[str, str | None]] = {(group, None) for group in extra_groups}
+    for selector in selectors:
+        if selector.group is None:
+            return None
+        scope.add((selector.group, selector.version))
+    return frozenset(scope)
 
 
 def resolve_resources(

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from trioperator._client.resources import Resource
+from trioperator._client.resources import DiscoveryScope, Resource, in_scope
 from trioperator._engine.namespaces import NamespacePattern, match_namespace
 
 __all__ = [
@@ -178,13 +178,18 @@ class CRDBook:
         crd = self._crds.get(key)
         return crd is not None and resource.version not in crd.served
 
-    def agrees(self, discovered: Sequence[Resource]) -> bool:
+    def agrees(
+        self, discovered: Sequence[Resource], *, scope: DiscoveryScope | None = None
+    ) -> bool:
         """Whether the discovery shows what the CRDs say: established ones served, deleted
-        ones (and versions no longer served) gone."""
+        ones (and versions no longer served) gone. CRDs out of the discovery's scope (groups
+        it did not scan) do not count."""
         present = {(r.group, r.version, r.plural) for r in discovered}
         for (group, plural), crd in self._crds.items():
             if crd.established and any(
-                (group, version, plural) not in present for version in crd.served
+                (group, version, plural) not in present
+                for version in crd.served
+                if in_scope(scope, group, version)
             ):
                 return False
         return not any(self.denies(resource) for resource in discovered)

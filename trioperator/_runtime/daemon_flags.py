@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from trioperator._engine.stoppers import DaemonStopped, DaemonStopper, DaemonStoppingReason
+from trioperator._runtime.alarms import Alarm
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 
 __all__ = ["AsyncDaemonStopped", "AsyncDaemonStopperChecker", "TrioDaemonStopper"]
@@ -25,10 +26,14 @@ class TrioDaemonStopper(DaemonStopper):
     def __init__(self) -> None:
         super().__init__()
         self.event = trio.Event()
+        self.alarm: Alarm | None = None
+        """The wake-up of the framework's sleep between the calls (see ``AlarmClock``)."""
 
     def set(self, reason: DaemonStoppingReason, *, now: float | None = None) -> None:
         super().set(reason, now=trio.current_time() if now is None else now)
         self.event.set()
+        if self.alarm is not None:
+            self.alarm.ring()
 
 
 class AsyncDaemonStopped(DaemonStopped):

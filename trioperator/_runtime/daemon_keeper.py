@@ -42,6 +42,7 @@ from trioperator._engine.indexing import Index
 from trioperator._engine.patches import Patch
 from trioperator._engine.settings import BackgroundSettings, OperatorSettings
 from trioperator._engine.stoppers import DaemonStoppingReason, SyncDaemonStopped
+from trioperator._runtime.alarms import AlarmClock
 from trioperator._runtime.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
 from trioperator._runtime.daemon_loops import DaemonLoops
 from trioperator._runtime.daemon_state import Daemon, DaemonCause
@@ -96,7 +97,9 @@ class DaemonsKeeper:
         self.paused = False
         """While paused (peering), daemons are stopped and nothing is spawned."""
         self._execution = execution
-        self._loops = DaemonLoops(api=api, resource=resource, execution=execution)
+        self._loops = DaemonLoops(
+            api=api, resource=resource, execution=execution, alarms=AlarmClock(nursery)
+        )
 
     @property
     def closed(self) -> bool:

@@ -23,6 +23,7 @@ from trioperator._client.resources import Resource
 from trioperator._engine.handlers import DaemonHandler, TimerHandler
 from trioperator._engine.patches import Patch
 from trioperator._engine.progression import HandlerOutcome, HandlerState, deliver_results
+from trioperator._runtime.alarms import AlarmClock
 from trioperator._runtime.applying import apply_patch
 from trioperator._runtime.daemon_flags import TrioDaemonStopper
 from trioperator._runtime.daemon_state import Daemon, DaemonCause
@@ -32,19 +33,21 @@ from trioperator._runtime.waiting import wait_any
 __all__ = ["DaemonLoops"]
 
 
-async def _sleep(stopper: TrioDaemonStopper, seconds: float) -> None:
-    """Sleep for ``seconds``, or less if the daemon is asked to stop."""
-    with trio.move_on_after(max(seconds, 0)):
-        await stopper.event.wait()
-
-
 class DaemonLoops:
     """Runs the loops of one watcher's daemons and timers: the calls, the results, the patches."""
 
-    def __init__(self, *, api: APIClient, resource: Resource, execution: Execution) -> None:
+    def __init__(
+        self, *, api: APIClient, resource: Resource, execution: Execution, alarms: AlarmClock
+    ) -> None:
         self._api = api
         self._resource = resource
         self._execution = execution
+        # One clock for the sleeps between the calls of all the watcher's daemons and timers.
+        self._alarms = alarms
+
+    async def _sleep(self, stopper: TrioDaemonStopper, seconds: float) -> None:
+        """Sleep for ``seconds``, or less if the daemon is asked to stop."""
+        await self._alarms.sleep(seconds, slot=stopper)
 
     async def run(self, daemon: Daemon, cause: DaemonCause) -> None:
         """The daemon's or timer's loop, until it ends on its own or its flag is raised."""
@@ -72,7 +75,7 @@ class DaemonLoops:
                 )
                 return
         if seconds:
-            await _sleep(daemon.stopper, float(seconds))
+            await self._sleep(daemon.stopper, float(seconds))
 
     async def _invoke(
         self, daemon: Daemon, cause: DaemonCause, state: HandlerState
@@ -120,7 +123,7 @@ class DaemonLoops:
             outcome, state = await self._invoke(daemon, cause, state)
             if outcome.final:
                 break
-            await _sleep(stopper, outcome.delay or 0)
+            await self._sleep(stopper, outcome.delay or 0)
         if stopper.is_set():
             daemon.logger.debug(
                 f"{handler} has exited on request and will not be retried or restarted."
@@ -147,7 +150,7 @@ class DaemonLoops:
                     remaining = memory.idle_reset_time + handler.idle - trio.current_time()
                     if remaining <= 0:
                         break
-                    await _sleep(stopper, remaining)
+                    await self._sleep(stopper, remaining)
                 if stopper.is_set():
                     break
 
@@ -155,16 +158,16 @@ class DaemonLoops:
             outcome, state = await self._invoke(daemon, cause, state)
             if not outcome.final:
                 # Errors override the schedule: the retry delay instead of the interval.
-                await _sleep(stopper, outcome.delay or 0)
+                await self._sleep(stopper, outcome.delay or 0)
             elif outcome.exception is not None:
                 daemon.logger.debug(f"{handler} has failed permanently and stops for good.")
                 return
             elif handler.interval is not None and handler.sharp:
                 # On the interval's grid, however long the call took (skipping missed ticks).
                 elapsed = trio.current_time() - started
-                await _sleep(stopper, handler.interval - elapsed % handler.interval)
+                await self._sleep(stopper, handler.interval - elapsed % handler.interval)
             elif handler.interval is not None:
-                await _sleep(stopper, handler.interval)
+                await self._sleep(stopper, handler.interval)
             elif handler.idle is not None:
                 # Idle-only: once per calm period; wait for the next essential change.
                 while not stopper.is_set() and memory.idle_reset_time <= started:

@@ -8,6 +8,7 @@ them; the per-object decisions are in ``daemon_spawning``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import trio
@@ -31,6 +32,13 @@ class DaemonCause(ResourceCause):
 
     def _own_kwargs(self) -> dict[str, Any]:
         return {**super()._own_kwargs(), "stopped": self.stopped}
+
+    @functools.cached_property
+    def kwargs(self) -> dict[str, Any]:
+        """Made once per daemon, not per call: the body, spec, meta... are live views, the
+        rest is fixed for the daemon's life (uid, name, namespace do not change). Callers copy
+        it before adding anything."""
+        return super().kwargs
 
 
 @dataclasses.dataclass(eq=False)

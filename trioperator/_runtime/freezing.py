@@ -18,23 +18,26 @@ from collections.abc import Callable, Sequence
 
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import utcnow
-from trioperator._client.discovery import scan_resources
 from trioperator._client.errors import APINotFoundError
-from trioperator._client.resources import Resource
+from trioperator._client.resources import DiscoveryScope, Resource
 from trioperator._engine.namespaces import NamespacePattern, is_literal, match_namespace
 from trioperator._engine.peering import (
     CLUSTER_PEERING_PLURAL,
     NAMESPACED_PEERING_PLURAL,
+    PEERING_GROUPS,
     keepalive_patch,
     select_peering_resources,
 )
 from trioperator._engine.settings import PeeringSettings
+from trioperator._runtime.discovering import discover_resources
 from trioperator._runtime.orchestration import NAMESPACES
 from trioperator._runtime.peering import status_subresource
 
 __all__ = ["PeeringCommandError", "Touched", "touch_peerings"]
 
 logger = logging.getLogger("trioperator.peering")
+
+_PEERING_SCOPE: DiscoveryScope = frozenset((group, None) for group in PEERING_GROUPS)
 
 
 class PeeringCommandError(Exception):
@@ -74,7 +77,9 @@ async def touch_peerings(
     or the peering CRD is missing, :class:`PeeringCommandError` says so.
     """
     settings = PeeringSettings(name=name, priority=priority, clusterwide=clusterwide)
-    resources = select_peering_resources(await scan_resources(api, logger=logger), settings)
+    resources = select_peering_resources(
+        await discover_resources(api, scope=_PEERING_SCOPE, logger=logger), settings
+    )
     if not resources:
         plural = CLUSTER_PEERING_PLURAL if clusterwide else NAMESPACED_PEERING_PLURAL
         raise PeeringCommandError(

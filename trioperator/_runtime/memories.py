@@ -7,9 +7,10 @@ object is gone (DELETED). Nothing here is persisted: on-cluster state lives in a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
+from trioperator._engine.ids import HandlerId
 from trioperator._engine.memos import copy_memo
 from trioperator._engine.patches import PatchFn
 from trioperator._engine.progression import State
@@ -59,11 +60,26 @@ class ObjectMemory:
     deletion_handled: bool = False
     """The delete handlers are done, but daemons still hold the object: do not run them again."""
 
-    daemons: DaemonsMemory = dataclasses.field(default_factory=DaemonsMemory)
-    """The object's daemons and timers, its live body and idle time."""
+    _daemons: DaemonsMemory | None = None
 
     indexing_state: State | None = None
     """Indexing failures being retried or excluded (``None`` when all indexers succeeded)."""
+
+    @property
+    def daemons(self) -> DaemonsMemory:
+        """The object's daemons and timers, its live body and idle time.
+
+        Made on first use: objects of resources without daemons or timers never need it, and
+        its containers were a third of what the operator kept per object.
+        """
+        if self._daemons is None:
+            self._daemons = DaemonsMemory()
+        return self._daemons
+
+    @property
+    def forever_stopped(self) -> Collection[HandlerId]:
+        """The daemons that ended on their own (without making the daemons' memory)."""
+        return () if self._daemons is None else self._daemons.forever_stopped
 
 
 class Memories:

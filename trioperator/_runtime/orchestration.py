@@ -47,19 +47,19 @@ from typing import Any, Final
 import trio
 
 from trioperator._client.api import APIClient
-from trioperator._client.discovery import scan_resources
 from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APIForbiddenError,
     APINotFoundError,
 )
-from trioperator._client.resources import ALL_VERBS, Resource
+from trioperator._client.resources import ALL_VERBS, DiscoveryScope, Resource
 from trioperator._client.watching import (
     RawWatchEvent,
     WatchHealth,
 )
 from trioperator._engine.namespaces import literal_namespaces
+from trioperator._engine.peering import PEERING_GROUPS
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.serving import (
     CRDBook,
@@ -74,6 +74,7 @@ from trioperator._engine.serving import (
 )
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.discovering import discover_resources
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.observing import observe_resource
 from trioperator._runtime.peering import Peering
@@ -199,6 +200,8 @@ class Orchestration:
         self._crds = CRDBook()
         self._gone: set[Resource] = set()
         self._discovered: Sequence[Resource] = ()
+        self._scope: DiscoveryScope | None = None
+        """What the last discovery scanned (``None``: every group)."""
 
     @property
     def serving(self) -> frozenset[WatcherKey]:
@@ -208,14 +211,17 @@ class Orchestration:
     # ------------------------------------------------------------------------ the control loop
 
     async def run(self, *, task_status: trio.TaskStatus[Orchestration]) -> None:
-        self._apply_resources(await scan_resources(self._api, logger=logger))
         async with trio.open_nursery() as watchers:
             self._nursery = watchers
             try:
                 async with trio.open_nursery() as observers:
                     observers.start_soon(self._relay_stop, name="orchestrator stop relay")
-                    if not self.clusterwide:
-                        await observers.start(self._observe_namespaces)
+                    # The discovery and the namespaces' first listing at once: the first
+                    # watchers need both, and neither needs the other.
+                    async with trio.open_nursery() as startup:
+                        if not self.clusterwide:
+                            startup.start_soon(observers.start, self._observe_namespaces)
+                        self._apply_resources(await self._discover())
                     if not self._settings.scanning.disabled:
                         observers.start_soon(self._observe_crds, name="CRD observer")
                         observers.start_soon(self._rescan_when_asked, name="resource rescanner")
@@ -462,7 +468,7 @@ class Orchestration:
             self._crds.relist(crds)
             # A relisting (after HTTP 410) may hide changes; and a CRD may have changed
             # between the initial scan and the first listing.
-            if listed or not self._crds.agrees(self._discovered):
+            if listed or not self._crds.agrees(self._discovered, scope=self._scope):
                 self._rescan_wanted.set()
             if not listed:
                 self._health[_CRDS_OBSERVER] = health
@@ -508,15 +514,21 @@ class Orchestration:
                     break
                 await trio.sleep(delay)
 
+    async def _discover(self) -> list[Resource]:
+        """The served resources in the scope of the handlers registered now (and of peering)."""
+        extra = PEERING_GROUPS if self._peering is not None else ()
+        self._scope = self._registry.discovery_scope(extra_groups=extra)
+        return await discover_resources(self._api, scope=self._scope, logger=logger)
+
     async def _rescan(self) -> bool:
         """Scan the discovery and serve what it shows; whether it agrees with the CRDs."""
         try:
-            discovered = await scan_resources(self._api, logger=logger)
+            discovered = await self._discover()
         except (APIError, APIConnectionError) as exc:
             logger.error(f"Scanning the cluster's resources failed: {exc!r}")
             return False
         self._apply_resources(discovered)
-        return self._crds.agrees(discovered)
+        return self._crds.agrees(discovered, scope=self._scope)
 
 
 async def run_orchestrator(

@@ -412,6 +412,13 @@ class ObjectEventsHandler(logging.Handler):
             logging.getLogger(OBJECTS_LOGGER_NAME).removeHandler(cls._installed)
             cls._installed = None
 
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Most records are not for posting (every timer run logs one): skip them before the
+        # handler's filters and lock.
+        if not getattr(record, "k8s_ref", None) or getattr(record, "k8s_skip", False):
+            return False
+        return bool(super().handle(record))
+
     def emit(self, record: logging.LogRecord) -> None:
         ref = getattr(record, "k8s_ref", None)
         if not ref or getattr(record, "k8s_skip", False):

@@ -164,7 +164,7 @@ async def process_changes(
         resource=resource,
         body=raw_body,
         kwargs=lambda: {"body": body, "logger": logger, "memo": memory.memo},
-        excluded=memory.daemons.forever_stopped,
+        excluded=memory.forever_stopped,
     )
 
     awaiting_daemons = False
@@ -365,7 +365,8 @@ async def _apply(
     result = await apply_patch(
         ctx.api, resource=ctx.resource, body=raw_body, patch=patch, logger=logger
     )
-    memory.pending_fns = result.remaining_fns
+    # The shared empty tuple, not an empty list per object: it is kept for the object's life.
+    memory.pending_fns = result.remaining_fns or ()
     # A write that changed nothing keeps the version and makes no event: nothing to wait for.
     before = (raw_body.get("metadata") or {}).get("resourceVersion")
     version = result.resource_version if result.resource_version != before else None

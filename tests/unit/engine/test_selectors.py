@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from trioperator._client.resources import Resource
-from trioperator._engine.selectors import EVERYTHING, Selector, resolve_resources
+from trioperator._client.resources import Resource, in_scope
+from trioperator._engine.selectors import EVERYTHING, Selector, discovery_scope, resolve_resources
 
 ALL_VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
 
@@ -394,3 +394,44 @@ def test_everything_with_unwatchable_resources_warns_about_them() -> None:
     assert served.warnings == (
         "Non-watchable resources will not be served: pods.v1beta1.metrics.k8s.io",
     )
+
+
+# ---------------------------------------------------------------------------- discovery scope
+
+
+@pytest.mark.parametrize(
+    ("selectors", "scope"),
+    [
+        ([], frozenset()),
+        ([Selector("kopf.dev", "v1", "kopfexamples")], {("kopf.dev", "v1")}),
+        ([Selector("kopfexamples.kopf.dev")], {("kopf.dev", None)}),
+        ([Selector("pods.v1"), Selector("deployments.v1.apps")], {("", "v1"), ("apps", "v1")}),
+        ([Selector("kopf.dev", EVERYTHING)], {("kopf.dev", None)}),
+        ([Selector("kopf.dev", "v1", "kopfexamples"), Selector(EVERYTHING)], None),
+        ([Selector("pods")], None),
+        ([Selector(category="all")], None),
+        ([Selector(lambda resource: True)], None),
+        ([Selector(lambda resource: True, group="apps")], {("apps", None)}),
+    ],
+)
+def test_discovery_scope(selectors: list[Selector], scope: Any) -> None:
+    assert discovery_scope(selectors) == scope
+
+
+def test_discovery_scope_adds_extra_groups_unless_everything_is_scanned() -> None:
+    selectors = [Selector("pods.v1")]
+    extra = ("kopf.dev", "zalando.org")
+    expected = {("", "v1"), ("kopf.dev", None), ("zalando.org", None)}
+    assert discovery_scope(selectors, extra_groups=extra) == expected
+    assert discovery_scope([Selector("pods")], extra_groups=extra) is None
+
+
+@pytest.mark.parametrize(
+    ("group", "version", "expected"),
+    [("kopf.dev", None, True), ("kopf.dev", "v1", True), ("kopf.dev", "v2", False),
+     ("apps", None, True), ("apps", "v7", True), ("", None, False), ("x", "v1", False)],
+)  # fmt: skip
+def test_in_scope(group: str, version: str | None, expected: bool) -> None:
+    scope = frozenset({("kopf.dev", "v1"), ("apps", None)})
+    assert in_scope(scope, group, version) is expected
+    assert in_scope(None, group, version) is True

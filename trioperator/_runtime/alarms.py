@@ -1,0 +1,117 @@
+"""An alarm clock: many tasks sleep, one task of the clock wakes them at their deadlines.
+
+A plain ``trio.sleep()`` (or ``move_on_after()`` around a wait) costs a cancel scope per sleep
+and, when the time is up, a delivered cancellation: a ``Cancelled`` exception raised into the
+sleeping task and caught again. With a thousand timers, that was the largest part of what an
+operator at rest spends on them. Here a sleeping task is only parked (``wait_task_rescheduled``)
+and put into a heap; the clock's own task sleeps until the earliest deadline, then reschedules
+every task that is due, without any exception. Its cancel scope is one for all of them.
+
+The clock's task runs only while someone sleeps: it is started in the given nursery by the
+first sleeper and ends when no one sleeps any more, so it never keeps its nursery open. A
+sleeping task that is cancelled leaves at once (its entry stays in the heap, marked, until the
+clock passes it). An alarm can be rung early (``Alarm.ring()``), e.g. when a daemon is stopped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from typing import Protocol
+
+import trio
+
+__all__ = ["Alarm", "AlarmClock", "AlarmSlot"]
+
+
+class Alarm:
+    """One sleeping task's wake-up; ``ring()`` wakes it now (no-op if it is awake already)."""
+
+    __slots__ = ("_clock", "_task", "done")
+
+    def __init__(self, clock: AlarmClock, task: trio.lowlevel.Task) -> None:
+        self._clock = clock
+        self._task = task
+        self.done = False
+
+    def ring(self) -> None:
+        if not self.done:
+            self.done = True
+            self._clock._forget()
+            trio.lowlevel.reschedule(self._task)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        # Cancelled while sleeping: it leaves now; the clock skips the entry when it comes up.
+        self.done = True
+        self._clock._forget()
+        return trio.lowlevel.Abort.SUCCEEDED
+
+
+class AlarmClock:
+    """Sleeps of many tasks, woken by one task of the clock, in ``nursery``."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._heap: list[tuple[float, int, Alarm]] = []
+        self._order = itertools.count()  # ties by deadline: first come, first woken
+        self._sleeping = 0
+        self._running = False
+        self._scope: trio.CancelScope | None = None
+
+    async def sleep(self, seconds: float, *, slot: AlarmSlot | None = None) -> None:
+        """Sleep for ``seconds`` (a checkpoint at least), or until ``slot`` rings the alarm.
+
+        ``slot.alarm`` holds the sleeping task's alarm while it sleeps; if ``slot.is_set()``
+        already, there is no sleep at all.
+        """
+        if seconds <= 0 or (slot is not None and slot.is_set()):
+            await trio.lowlevel.checkpoint()
+            return
+        deadline = trio.current_time() + seconds
+        alarm = Alarm(self, trio.lowlevel.current_task())
+        heapq.heappush(self._heap, (deadline, next(self._order), alarm))
+        self._sleeping += 1
+        if not self._running:
+            self._running = True
+            self._nursery.start_soon(self._run, name="alarm clock")
+        elif self._scope is not None and deadline < self._scope.deadline:
+            self._scope.deadline = deadline
+        if slot is not None:
+            slot.alarm = alarm
+        try:
+            await trio.lowlevel.wait_task_rescheduled(alarm._abort)
+        finally:
+            if slot is not None and slot.alarm is alarm:
+                slot.alarm = None
+
+    def _forget(self) -> None:
+        self._sleeping -= 1
+        if not self._sleeping and self._scope is not None:
+            self._scope.cancel()  # no one sleeps: the clock's task ends now, not at a deadline
+
+    async def _run(self) -> None:
+        heap = self._heap
+        try:
+            while self._sleeping:
+                with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as scope:
+                    self._scope = scope
+                    await trio.sleep_forever()
+                self._scope = None
+                now = trio.current_time()
+                while heap and (heap[0][2].done or heap[0][0] <= now):
+                    heapq.heappop(heap)[2].ring()
+        finally:
+            self._scope = None
+            self._running = False
+            if not self._sleeping:
+                heap.clear()  # only rung or cancelled entries are left
+
+
+class AlarmSlot(Protocol):
+    """Whoever may ring a sleeper early (e.g. a daemon's stop flag): it holds the sleeper's
+    alarm while it sleeps, and a sleep is skipped if its reason to wake holds already."""
+
+    alarm: Alarm | None
+
+    def is_set(self) -> bool: ...
