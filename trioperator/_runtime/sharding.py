@@ -79,6 +79,7 @@ from trioperator._runtime.gates import OperatorPause
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import Memories, ObjectMemory
 from trioperator._runtime.observing import observe_resource
+from trioperator._runtime.waiting import first_of
 
 __all__ = ["LEASES", "Shard", "ShardShare", "run_sharding", "shard_namespace"]
 
@@ -636,15 +637,7 @@ async def wait_paused_or_reassigned(
     if shard is None:
         await pause.wait_for(True)
         return
-    async with trio.open_nursery() as nursery:
-
-        async def paused() -> None:
-            await pause.wait_for(True)
-            nursery.cancel_scope.cancel()
-
-        async def reassigned() -> None:
-            await shard.wait_reassigned(generation)
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(paused)
-        nursery.start_soon(reassigned)
+    await first_of(
+        lambda: pause.wait_for(True),
+        lambda: shard.wait_reassigned(generation),
+    )
