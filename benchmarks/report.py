@@ -82,7 +82,7 @@ def _machine(results: dict[str, Any]) -> list[str]:
         f"- Machine: {m.get('cpu_model')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB RAM, "
         f"Linux {m.get('kernel')}",
         f"- Python {m.get('python')} (trioperator), {m.get('python_kopf_venv')} (Kopf's venv)",
-        f"- trioperator {m.get('trioperator')} (trio {m.get('trio')}, httpx2 {m.get('httpx2')}); "
+        f"- trioperator {m.get('trioperator')} (trio {m.get('trio')}, h11 {m.get('h11')}); "
         f"Kopf {m.get('kopf')} (aiohttp {m.get('aiohttp')})",
         f"- Client libraries logged in through by default (imported at every start): "
         f"{m.get('login_libraries', '?')} (trioperator), "

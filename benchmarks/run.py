@@ -1782,8 +1782,9 @@ def machine_info(config: Config, api_version: str) -> dict[str, Any]:
         "python_kopf_venv": python_version(config.kopf_python),
         "trioperator": version_in(config.trioperator_python, "trioperator"),
         "kopf": version_in(config.kopf_python, "kopf"),
-        "httpx2": version_in(sys.executable, "httpx2"),
+        "httpx2": version_in(sys.executable, "httpx2"),  # the harness's client, not the operator's
         "trio": version_in(config.trioperator_python, "trio"),
+        "h11": version_in(config.trioperator_python, "h11"),
         "aiohttp": version_in(config.kopf_python, "aiohttp"),
         # Each login library found is imported at every start (Kopf's default login handlers).
         "login_libraries": login_libraries(config.trioperator_python),
