@@ -873,6 +873,47 @@ class Bench:
             return done
 
     # ---- waiting
+    async def load_until_handled(
+        self,
+        argv: list[str],
+        label: str,
+        operator: tuple[trio.Process, Path],
+        watch: HandledWatch,
+        prefix: str,
+        n: int,
+        within: float,
+    ) -> tuple[float, dict[str, float], dict[str, Any]]:
+        """Run a load generator until all ``n`` objects are seen handled.
+
+        Returns when the load was released (monotonic), the CPU used meanwhile by the operator,
+        the load generator and the cluster, and the load generator's final report."""
+        process, _ = operator
+        async with self.load(argv, label) as (loader, reader):
+            await self.load_ready(reader, label)
+            account = CpuAccount(
+                {"operator": process.pid, "load": loader.pid, **self.config.cluster_pids}
+            )
+            usage0 = account.sample()
+            assert loader.stdin is not None
+            await loader.stdin.send_all(b"go\n")
+            reports: list[dict[str, Any]] = []
+
+            async def collect() -> None:
+                reports.append(await self.load_done(reader, within))
+
+            async with trio.open_nursery() as side:
+                side.start_soon(collect)
+                await self.wait_until(
+                    lambda: watch.count(prefix) >= n,
+                    within=within,
+                    what=f"all {n} objects to be handled",
+                    operator=operator,
+                    progress=lambda: f"{watch.count(prefix)} handled so far",
+                )
+                usage = CpuAccount.delta(usage0, account.sample())
+            await self.load_exit(loader)
+        return usage0["at"], usage, reports[0]
+
     async def wait_until(
         self,
         condition: Callable[[], bool],
@@ -1008,32 +1049,9 @@ class Bench:
                     harness0 = Counter(watch.harness_calls)
                     timeout = 60 + n * cfg.timeout_factor
                     argv = self.load_argv("httpx2", "create", prefix.rstrip("-"), n, cfg.creators)
-                    async with self.load(argv, label) as (loader, reader):
-                        await self.load_ready(reader, label)
-                        account = CpuAccount(
-                            {"operator": process.pid, "load": loader.pid, **cfg.cluster_pids}
-                        )
-                        usage0 = account.sample()
-                        t0 = usage0["at"]
-                        assert loader.stdin is not None
-                        await loader.stdin.send_all(b"go\n")
-                        reports: list[dict[str, Any]] = []
-
-                        async def collect() -> None:
-                            reports.append(await self.load_done(reader, timeout))
-
-                        async with trio.open_nursery() as side:
-                            side.start_soon(collect)
-                            await self.wait_until(
-                                lambda: watch.count(prefix) >= n,
-                                within=timeout,
-                                what=f"all {n} objects to be handled",
-                                operator=operator,
-                                progress=lambda: f"{watch.count(prefix)} handled so far",
-                            )
-                            usage = CpuAccount.delta(usage0, account.sample())
-                        await self.load_exit(loader)
-                    created = reports[0]
+                    t0, usage, created = await self.load_until_handled(
+                        argv, label, operator, watch, prefix, n, within=timeout
+                    )
                     result["create_per_s"] = n / (created["finished"] - created["started"])
                     result["create_errors"] = created["errors"]
                     done_at = max(watch.handled[k] for k in watch.handled if k.startswith(prefix))
@@ -1129,31 +1147,9 @@ class Bench:
                     # Enough connections that the creates never wait for one at these rates.
                     argv = self.load_argv("httpx2", "create", prefix.rstrip("-"), n, 64)
                     argv += ["--rate", str(rate)]
-                    async with self.load(argv, label) as (loader, reader):
-                        await self.load_ready(reader, label)
-                        account = CpuAccount(
-                            {"operator": process.pid, "load": loader.pid, **cfg.cluster_pids}
-                        )
-                        usage0 = account.sample()
-                        assert loader.stdin is not None
-                        await loader.stdin.send_all(b"go\n")
-                        reports: list[dict[str, Any]] = []
-
-                        async def collect() -> None:
-                            reports.append(await self.load_done(reader, timeout))
-
-                        async with trio.open_nursery() as side:
-                            side.start_soon(collect)
-                            await self.wait_until(
-                                lambda: watch.count(prefix) >= n,
-                                within=timeout,
-                                what=f"all {n} objects to be handled",
-                                operator=operator,
-                                progress=lambda: f"{watch.count(prefix)} handled so far",
-                            )
-                            usage = CpuAccount.delta(usage0, account.sample())
-                        await self.load_exit(loader)
-                    created = reports[0]
+                    _, usage, created = await self.load_until_handled(
+                        argv, label, operator, watch, prefix, n, within=timeout
+                    )
                     m1, cpu1, _ = await self.settle(process.pid)
                     memory = proc_memory(process.pid)
                     sent: dict[str, float] = created["sent"]
