@@ -146,6 +146,17 @@ class ControlPlane:
             raise RuntimeError(f"scripts/kube-up failed:\n{result.stderr[-4000:]}")
         return Path(result.stdout.strip().splitlines()[-1])
 
+    def down(self) -> None:
+        """Stop both (scripts/kube-down, by their pid files); the state dir stays."""
+        subprocess.run(
+            [str(ROOT / "scripts" / "kube-down")],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
     def pid(self, name: str) -> int:
         return int((STATE / f"{name}.pid").read_text())
 
@@ -225,22 +236,27 @@ class ControlPlane:
 
 
 @pytest.fixture(scope="session")
-def control_plane() -> ControlPlane:
+def control_plane() -> Iterator[ControlPlane]:
     plane = ControlPlane()
-    status, _ = plane.request(
-        "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD
-    )
-    assert status in (201, 409)
-    deadline = time.monotonic() + 60
-    while plane.request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}", ok=(200,))[0] != 200:
-        assert time.monotonic() < deadline, "the CRD is not served"
-        time.sleep(0.2)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        "| case | fault | objects | runs lost | duplicate runs (cause) | time to recover"
-        " | peak RSS |\n|---|---|---|---|---|---|---|\n"
-    )
-    return plane
+    try:
+        status, _ = plane.request(
+            "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD
+        )
+        assert status in (201, 409)
+        deadline = time.monotonic() + 60
+        while plane.request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}", ok=(200,))[0] != 200:
+            assert time.monotonic() < deadline, "the CRD is not served"
+            time.sleep(0.2)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(
+            "| case | fault | objects | runs lost | duplicate runs (cause) | time to recover"
+            " | peak RSS |\n|---|---|---|---|---|---|---|\n"
+        )
+        yield plane
+    finally:
+        # This tier's own plane: left running, it would keep holding its ports, which the
+        # benchmarks' isolated cluster uses by default (18443, etcd 25790/25800).
+        plane.down()
 
 
 # ------------------------------------------------------------------------------ one case
