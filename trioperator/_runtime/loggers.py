@@ -70,10 +70,11 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         logger = self.logger
         if not logger.isEnabledFor(level):
             return
-        msg, processed = self.process(msg, kwargs)
-        kwargs = dict(processed)
-        extra = kwargs.pop("extra", None)
-        if kwargs or not isinstance(level, int):
+        msg, kwargs = self.process(msg, kwargs)
+        extra = kwargs.get("extra")
+        if len(kwargs) > (extra is not None) or not isinstance(level, int):
+            kwargs = dict(kwargs)
+            extra = kwargs.pop("extra", None)
             # exc_info=..., stack_info=..., stacklevel=...: one frame more (ours) to skip.
             stacklevel = kwargs.pop("stacklevel", 1) + 1
             logger.log(level, msg, *args, extra=extra, stacklevel=stacklevel, **kwargs)
