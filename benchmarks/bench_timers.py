@@ -122,7 +122,7 @@ async def one_run(
                 fake.create_object(PLURAL, make_object(f"rest-{index}", index))
                 await trio.sleep(interval / count)
         with trio.fail_after(60 + 3 * interval):
-            while counts.daemons < count or counts.timer_runs < 2 * count:
+            while counts.daemons < count or counts.timer_runs < 2 * count:  # noqa: ASYNC110
                 await trio.sleep(0.1)
         await trio.sleep(interval)
 

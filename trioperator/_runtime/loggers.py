@@ -70,14 +70,14 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         logger = self.logger
         if not logger.isEnabledFor(level):
             return
-        msg, kwargs = self.process(msg, kwargs)
-        extra = kwargs.get("extra")
-        if len(kwargs) > (extra is not None) or not isinstance(level, int):
-            kwargs = dict(kwargs)
-            extra = kwargs.pop("extra", None)
+        msg, processed = self.process(msg, kwargs)
+        extra = processed.get("extra")
+        if len(processed) > (extra is not None) or not isinstance(level, int):
+            options = dict(processed)
+            extra = options.pop("extra", None)
             # exc_info=..., stack_info=..., stacklevel=...: one frame more (ours) to skip.
-            stacklevel = kwargs.pop("stacklevel", 1) + 1
-            logger.log(level, msg, *args, extra=extra, stacklevel=stacklevel, **kwargs)
+            stacklevel = options.pop("stacklevel", 1) + 1
+            logger.log(level, msg, *args, extra=extra, stacklevel=stacklevel, **options)
             return
         frame = sys._getframe(1)
         while frame.f_back is not None and frame.f_code.co_filename == _LOGGING_FILE:
