@@ -271,12 +271,33 @@ async def test_malformed_responses_are_clear_connection_errors(
         await http.aclose()
 
 
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 OK\r\n\r\n",
+        b"SMTP ready\r\n",
+        b"HTTP/1.1 200 OK\r\nBad Header: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcdefgh\r\n",
+        # Broken only after a first piece that parsed well (the head, read apart).
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"-1\r\n",
+    ],
+)
 async def test_malformed_response_is_a_protocol_error_and_not_retried(
-    autojump_clock: MockClock, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+    autojump_clock: MockClock,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+    response: bytes,
 ) -> None:
     async def garbage(number: int, stream: trio.SocketStream, read: Reader) -> bool:
         await read()
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n")
+        head, sep, rest = response.partition(b"\r\n\r\n")
+        await stream.send_all(head + sep)
+        if rest:
+            await trio.sleep(0.1)  # the body in a read of its own
+            await stream.send_all(rest)
+        await trio.sleep(1)  # still open: the error is the parser's, not the connection's end
         return False
 
     server = await start_raw(nursery, garbage)
@@ -286,6 +307,75 @@ async def test_malformed_response_is_a_protocol_error_and_not_retried(
             await api.request("GET", "/x")
     assert server.connections == 1  # one attempt: the same exchange would break the same way
     assert not [r for r in caplog.records if "will retry" in r.getMessage()]
+
+
+async def test_informational_responses_and_heads_split_anywhere(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    body = b'{"kind": "Status"}'
+    wire = (
+        b"HTTP/1.1 100 Continue\r\nX-Early: 1\r\n\r\n"
+        b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nX-Twice: a\r\n"
+        b"x-twice: b\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def trickle(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        for start in range(0, len(wire), 7):  # cuts through lines, names and the body
+            await stream.send_all(wire[start : start + 7])
+            await trio.sleep(0.01)
+        return True
+
+    server = await start_raw(nursery, trickle)
+    http = session(server)
+    try:
+        responses = [await http.request("POST", "/x", content=b"{}") for _ in range(2)]
+    finally:
+        await http.aclose()
+    for response in responses:
+        assert (response.status, response.body) == (201, body)
+        assert response.headers["x-twice"] == "a, b"
+        assert response.headers["content-type"] == "application/json"
+        assert "x-early" not in response.headers  # the 100's headers are not the answer's
+    assert server.connections == 1
+
+
+async def test_connections_the_response_ends_are_not_reused(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    # The server says it closes, answers in HTTP/1.0, or adds junk after the response: the
+    # response is read whole, and the next request gets a new connection. A HEAD response
+    # announces a body that never comes: it is complete at its head, and its connection kept.
+    answers = {
+        b"/close": ok(b"close", b"Connection: close"),
+        b"/old": b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nold",
+        b"/junk": ok(b"junk") + b"\r\nnot http at all",
+        b"/head": b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n",
+    }
+
+    async def varied(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        await stream.send_all(answers[request.split(b" ")[1]])
+        return True
+
+    server = await start_raw(nursery, varied)
+    http = session(server)
+    try:
+        bodies = [
+            (await http.request("GET", path.decode())).body for path in answers if path != b"/head"
+        ]
+        head = await http.request("HEAD", "/head")
+        with trio.fail_after(1):
+            after = await http.request("GET", "/old")
+    finally:
+        await http.aclose()
+    assert bodies == [b"close", b"old", b"junk"]
+    assert (head.status, head.body, head.headers["content-length"]) == (200, b"", "10")
+    assert after.body == b"old"
+    assert server.connections == 4  # the HEAD's connection served the last request
 
 
 async def test_request_framing_is_h11s_and_never_twofold(
