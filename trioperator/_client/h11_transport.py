@@ -357,10 +357,11 @@ def _decoder_for(encoding: str | None) -> zlib._Decompress | None:
 class _Connection:
     """One HTTP/1.1 connection: a trio stream, and the request in flight (for error messages)."""
 
-    __slots__ = ("idle_since", "stream", "what")
+    __slots__ = ("_poller", "idle_since", "stream", "what")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        self._poller: select.poll | None = None  # for stale()
         self.idle_since = 0.0
         self.what = ""  # the request in flight, for error messages
 
@@ -394,8 +395,13 @@ class _Connection:
             await self.receive_into(reader)
 
     async def send(self, data: bytes) -> None:
+        """Send a request (or a tunnel's): an answer is awaited right after."""
+        stream = self.stream
         try:
-            await self.stream.send_all(data)
+            if type(stream) is TLSStream:
+                await stream.send_request(data)  # the wait for the answer is the schedule point
+            else:
+                await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise self.error(_describe(exc)) from exc
 
@@ -423,8 +429,10 @@ class _Connection:
             return True
         if fd < 0:
             return True
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
+        poller = self._poller
+        if poller is None:  # made at the first reuse, kept: the socket stays the same
+            poller = self._poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
         return bool(poller.poll(0))
 
     def close(self) -> None:
@@ -489,8 +497,18 @@ class TransportPool:
     seconds are closed instead of reused: servers close idle connections on their own timers.
     """
 
-    def __init__(self, origin: Origin, *, max_idle: int, keepalive_expiry: float = 30.0) -> None:
+    def __init__(
+        self,
+        origin: Origin,
+        *,
+        max_idle: int,
+        keepalive_expiry: float = 30.0,
+        read_ahead: bool = True,
+    ) -> None:
         self.origin = origin
+        # For TLS: whether reads take every record received (streams of many small ones, as
+        # watch events) or stop after a short one (single answers: nothing more comes then).
+        self.read_ahead = read_ahead
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
         self._idle: list[_Connection] = []
@@ -655,6 +673,7 @@ class TransportPool:
                     if isinstance(stream, trio.SocketStream):
                         stream = None
                         stream = await TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                        stream.read_ahead = self.read_ahead
                     else:
                         # TLS inside the TLS to a proxy: no socket of its own, so trio's stream.
                         inner = trio.SSLStream(

@@ -281,7 +281,10 @@ class HTTPSession:
         else:
             self._pools = (
                 TransportPool(
-                    origin, max_idle=MAX_CONCURRENT_REQUESTS, keepalive_expiry=_KEEPALIVE_EXPIRY
+                    origin,
+                    max_idle=MAX_CONCURRENT_REQUESTS,
+                    keepalive_expiry=_KEEPALIVE_EXPIRY,
+                    read_ahead=False,
                 ),
                 TransportPool(
                     origin, max_idle=_STREAM_KEEPALIVE, keepalive_expiry=_KEEPALIVE_EXPIRY
@@ -333,7 +336,11 @@ class HTTPSession:
                 ticket = current_ticket.get()
                 if ticket is not None:
                     current_ticket.set(None)
-                await self._slots.acquire(ticket)
+                # A free slot is taken without a trip through the scheduler: the request is
+                # checked for cancellation before it is sent, and waits for the network next
+                # (a schedule point).
+                if not self._slots.try_acquire():
+                    await self._slots.acquire(ticket)
                 try:
                     status, response_headers, body = await self._pools_for(what)[0].request(
                         method,

@@ -625,3 +625,34 @@ async def test_tls_connection_dropped_mid_body_is_a_connection_error(
     finally:
         await http.aclose()
     assert server.connections == 2
+
+
+async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    # Regular requests read one TLS record at a time unless it is a full one (16 KiB): the
+    # answers come whole either way, in small records apart or in many full ones at once.
+    ca = trustme.CA()
+    large = b"x" * 200_000
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        if request.startswith(b"GET /large"):
+            await stream.send_all(ok(large))
+            return True
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")
+        for piece in (b"one", b"two", b"six"):  # a record each, apart
+            await trio.sleep(0.1)
+            await stream.send_all(piece)
+        return True
+
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    try:
+        bodies = [(await http.request("GET", path)).body for path in ("/small", "/large", "/small")]
+    finally:
+        await http.aclose()
+    assert bodies == [b"onetwosix", large, b"onetwosix"]
+    assert server.connections == 1
