@@ -8,8 +8,9 @@ noisy machine it is far steadier than throughput. Variants:
 
 - ``httpx2``: httpx2's AsyncClient under trio as ``trioperator/_client/http.py`` configured it
   before #6 (a 32-connection pool, a trio semaphore in front);
-- ``h11``: the client of ``trioperator/_client/h11_transport.py`` (trio streams + h11, a
-  LIFO keep-alive pool), the same semaphore in front;
+- ``h11``: the client of ``trioperator/_client/h11_transport.py`` (trio streams, h11 writing
+  the requests, httptools parsing the responses, a LIFO keep-alive pool), the same semaphore
+  in front;
 - ``httpx2-h2``: httpx2 over HTTP/2 (needs the ``h2`` package; skipped without it);
 - ``session``: trioperator's own ``HTTPSession``, whatever it uses today.
 
@@ -112,7 +113,7 @@ async def h11_client(cluster: Cluster) -> AsyncIterator[tuple[Patch, Watch]]:
     url = urlsplit(cluster.server)
     assert url.hostname is not None
     origin = Origin(url.scheme, url.hostname, url.port, ssl_context=cluster.ssl_context())
-    requests = TransportPool(origin, max_idle=POOL)
+    requests = TransportPool(origin, max_idle=POOL, read_ahead=False)  # as HTTPSession's
     streams = TransportPool(origin, max_idle=10)
     headers = {**_base_headers(cluster), "Accept-Encoding": "gzip"}
     patch_headers = {**headers, **MERGE}

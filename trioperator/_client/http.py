@@ -7,7 +7,8 @@ an HTTP response come out as :class:`~trioperator._client.errors.APIConnectionEr
 :class:`~trioperator._client.errors.APITimeoutError`); no type of the HTTP library leaks out.
 
 The implementation is the HTTP/1.1 client of :mod:`~trioperator._client.h11_transport`
-(trio streams, h11 for the protocol, :mod:`~trioperator._client.tls_stream` for TLS), for direct
+(trio streams, h11 writing requests, httptools parsing responses,
+:mod:`~trioperator._client.tls_stream` for TLS), for direct
 connections and through HTTP(S) proxies alike: for the small JSON requests of an operator it
 costs about a third of the CPU per request of httpx2 (``benchmarks/bench_http.py``).
 
