@@ -656,3 +656,28 @@ async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(
         await http.aclose()
     assert bodies == [b"onetwosix", large, b"onetwosix"]
     assert server.connections == 1
+
+
+def test_requests_with_validated_headers_reused_are_h11s_bytes_exactly() -> None:
+    # The second request of a set of headers reuses the first one's validated headers: the
+    # bytes are still those h11 writes for the request from scratch.
+    import h11
+    from trioperator._client.h11_transport import Origin, TransportPool
+
+    pool = TransportPool(Origin("http", "kube.test", 8080), max_idle=1)
+    headers = {"User-Agent": "me", "Content-Type": "application/merge-patch+json"}
+    for target, body in [("/a", b"{}"), ("/b?x=1", b"[]"), ("/c", None), ("/d", None)]:
+        sent = pool._serialize("PATCH" if body else "GET", target, headers, body)
+        h = h11.Connection(h11.CLIENT)
+        items = [("Host", "kube.test:8080"), *headers.items()]
+        if body is not None:
+            items.append(("Content-Length", str(len(body))))
+        expected = h.send(
+            h11.Request(method="PATCH" if body else "GET", target=target, headers=items)
+        )
+        expected += (h.send(h11.Data(data=body)) or b"") if body else b""
+        expected += h.send(h11.EndOfMessage()) or b""
+        assert sent == expected
+    assert len(pool._validated) == 2  # one set per (headers, body length)
+    with pytest.raises(h11.LocalProtocolError, match="Illegal target"):
+        pool._serialize("GET", "/with space", headers, None)  # validated each time
