@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 
+import h11
 import pytest
 import trio
 import trustme
@@ -20,6 +21,7 @@ from trio.testing import MockClock
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
+from trioperator._client.h11_transport import Origin, TransportPool
 from trioperator._client.http import HTTPSession
 from trioperator._client.settings import NetworkingSettings
 
@@ -661,9 +663,6 @@ async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(
 def test_requests_with_validated_headers_reused_are_h11s_bytes_exactly() -> None:
     # The second request of a set of headers reuses the first one's validated headers: the
     # bytes are still those h11 writes for the request from scratch.
-    import h11
-    from trioperator._client.h11_transport import Origin, TransportPool
-
     pool = TransportPool(Origin("http", "kube.test", 8080), max_idle=1)
     headers = {"User-Agent": "me", "Content-Type": "application/merge-patch+json"}
     for target, body in [("/a", b"{}"), ("/b?x=1", b"[]"), ("/c", None), ("/d", None)]:
