@@ -314,6 +314,12 @@ class Vault:
     def current(self) -> tuple[VaultKey, ConnectionInfo] | None:
         """The valid item with the highest priority now; ``None`` if there is none (then
         :meth:`select` waits for a login). For callers that checkpoint right after anyway."""
+        current = self._current
+        if len(current) == 1:
+            # The usual vault (called before every request): one item, which never expires.
+            ((key, info),) = current.items()
+            if info.expiration is None:
+                return key, info
         valid = self.items()
         return valid[0] if valid else None
 

@@ -433,22 +433,31 @@ class SessionPool:
     def __init__(self) -> None:
         self._sessions: dict[tuple[ConnectionInfo, bool], HTTPSession] = {}
         self._retired_sessions: list[HTTPSession] = []
+        # The last one given, by the identity of its credentials: asked for before every
+        # request, almost always with the same object, whose hash covers all of its fields.
+        self._last: tuple[ConnectionInfo, bool, HTTPSession] | None = None
 
     def get(self, info: ConnectionInfo, *, trust_env: bool = False) -> HTTPSession:
+        last = self._last
+        if last is not None and last[0] is info and last[1] == trust_env:
+            return last[2]
         key = (info, trust_env)
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = HTTPSession(info, trust_env=trust_env)
+        self._last = (info, trust_env, session)
         return session
 
     async def discard(self, info: ConnectionInfo) -> None:
         """Forget the sessions of these credentials; they close once their requests are done."""
+        self._last = None
         for key in [key for key in self._sessions if key[0] == info]:
             session = self._sessions.pop(key)
             self._retired_sessions.append(session)
             await session.retire()
 
     async def aclose(self) -> None:
+        self._last = None
         sessions = [*self._sessions.values(), *self._retired_sessions]
         self._sessions.clear()
         self._retired_sessions.clear()
