@@ -24,10 +24,12 @@ Figures of the response parser change (issue #15; 2 cores shared with other work
 so only CPU time; ``-n 2000 --repeat 2 --variants h11,session``, 6 runs of each alternating,
 the median of the runs' medians, and their range):
 
-| client | CPU ms per PATCH before | after | CPU ms per watch event before | after |
+| client | PATCH before | PATCH after | watch event before | watch event after |
 |---|---:|---:|---:|---:|
-| h11 (TransportPool) | 0.354 (0.275-0.377) | 0.270 (0.225-0.323) | 0.090 (0.067-0.095) | 0.075 (0.067-0.080) |
-| session (HTTPSession) | 0.395 (0.352-0.418) | 0.306 (0.273-0.390) | 0.090 (0.077-0.111) | 0.070 (0.062-0.083) |
+| h11 | 0.354 (0.275-0.377) | 0.270 (0.225-0.323) | 0.090 (0.067-0.095) | 0.075 (0.067-0.080) |
+| session | 0.395 (0.352-0.418) | 0.306 (0.273-0.390) | 0.090 (0.077-0.111) | 0.070 (0.062-0.083) |
+
+(CPU ms per PATCH and per watch event; "h11" is TransportPool alone, "session" HTTPSession.)
 
 Before: h11 wrote and parsed; after: httptools (llhttp) parses the responses (~4-10 us per
 PATCH answer against ~40-60 us in h11; 0.1 us against ~5.5 us per watch event read in a batch
