@@ -319,7 +319,9 @@ class OperatorMetrics:
             "trioperator_objects", "Objects of the resource held in memory.", labels=labels
         )
         workers = GaugeMetricFamily(
-            "trioperator_workers", "Worker tasks alive (one per object with work).", labels=labels
+            "trioperator_workers",
+            "Per-object workers alive (one per object with recent work).",
+            labels=labels,
         )
         busy = GaugeMetricFamily(
             "trioperator_workers_busy",
