@@ -1,9 +1,10 @@
 """A plain operator started by the CLI imports nothing it does not use.
 
 asyncio (with trio-asyncio and concurrent.futures) is imported only when asyncio is in use: a
-handler of that flavour, an asyncio host program, an asyncio flag. Each module kept out is
-memory that every operator process pays for its whole life. Checked in a fresh interpreter, as
-``trioperator run`` starts, through to a handled object.
+handler of that flavour, an asyncio host program, an asyncio flag. prometheus_client only when
+the metrics are read; urllib.request only when a proxy is configured in the environment. Each
+module kept out is memory that every operator process pays for its whole life. Checked in a
+fresh interpreter, as ``trioperator run`` starts, through to a handled object.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from pathlib import Path
 
 from tests.integration.conftest import CRD
 
-NOT_IMPORTED = ("asyncio", "trio_asyncio", "concurrent.futures")
+NOT_IMPORTED = (
+    "asyncio",
+    "trio_asyncio",
+    "concurrent.futures",
+    "prometheus_client",
+    "urllib.request",
+    "email",
+    "http.client",
+    "http.server",
+)
 
 OPERATOR = """
     import trioperator as kopf
@@ -44,6 +54,12 @@ SCRIPT = """
 
     from trioperator.cli import CLIControls, main
     from trioperator.testing import FakeAPIThread
+
+    # As installed with its run-time dependencies only: the client libraries of the test
+    # environment (whose credentials an operator would log in through, importing urllib3 and
+    # more of their own) are not there.
+    for library in ("pykube", "kubernetes", "kubernetes_asyncio"):
+        sys.modules[library] = None
 
     crd, operator_file, kubeconfig = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
     obj = {
@@ -105,6 +121,7 @@ def test_a_plain_operator_never_imports_asyncio(tmp_path: Path) -> None:
     assert report["status"] == {"message": "handled"}  # it ran, and handled an object
     assert [name for name in NOT_IMPORTED if name in report["imported"]] == []
     assert "trioperator._runtime.asyncio_bridge" in report["imported"]  # the bridge is there
+    assert "trioperator._runtime.metrics" in report["imported"]  # counting, not exporting
 
 
 def test_an_asyncio_handler_still_gets_its_loop(tmp_path: Path) -> None:
