@@ -315,7 +315,10 @@ class MultiProgressStorage(ProgressStorage):
         # One copy for all: this module's storages strip their fields from it in place (each
         # of their clear() would copy the essence again). Other storages, e.g. users' own
         # or with an overridden clear(), are asked through clear() as usual.
-        result = cast(BodyEssence, copy_json(essence))
+        return self._clear_copy(cast(BodyEssence, copy_json(essence)))
+
+    def _clear_copy(self, result: BodyEssence) -> BodyEssence:
+        """Clear a private copy: stripped in place where the storages allow it."""
         for storage in self.storages:
             if type(storage).clear in _STRIPPING_CLEARS:
                 cast(_Stripping, storage)._strip(result)
@@ -330,6 +333,22 @@ class MultiProgressStorage(ProgressStorage):
 
 _Stripping = AnnotationsProgressStorage | StatusProgressStorage
 _STRIPPING_CLEARS = frozenset({AnnotationsProgressStorage.clear, StatusProgressStorage.clear})
+
+
+def clear_owned(storage: ProgressStorage, essence: BodyEssence) -> BodyEssence:
+    """``storage.clear(essence=essence)`` for an essence that nobody else holds.
+
+    An essence just built or decoded from its JSON is the caller's own: this module's storages
+    strip their fields from it in place instead of copying it first (the result is equal;
+    only the copy is saved). Any other storage's ``clear()`` is called as usual.
+    """
+    clear = type(storage).clear
+    if clear in _STRIPPING_CLEARS:
+        cast(_Stripping, storage)._strip(essence)
+        return essence
+    if clear is MultiProgressStorage.clear:
+        return cast(MultiProgressStorage, storage)._clear_copy(essence)
+    return storage.clear(essence=essence)
 
 
 class _ReadOnlyStatusProgressStorage(StatusProgressStorage):

@@ -19,6 +19,7 @@ from trioperator._engine.causes import (
     cause_initial,
     detect_changing_cause,
 )
+from trioperator._engine.diffbase import gives_own_essences
 from trioperator._engine.diffs import Diff
 from trioperator._engine.diffs import diff as make_diff
 from trioperator._engine.errors import ErrorsMode
@@ -31,6 +32,7 @@ from trioperator._engine.finalizers import (
 )
 from trioperator._engine.handlers import ChangingHandler
 from trioperator._engine.patches import Patch
+from trioperator._engine.progress import clear_owned
 from trioperator._engine.progression import HandlerState, State, deliver_results, format_iso8601
 from trioperator._engine.reasons import TITLES, Reason
 from trioperator._runtime.applying import apply_patch
@@ -221,11 +223,17 @@ async def _process_changing_cause(
     now = execution.now()
 
     old = diffbase.fetch(body=body)
-    new = diffbase.build(
-        body=body, extra_fields=[".".join(f) for f in registry.get_extra_fields(resource)]
-    )
-    old = progress.clear(essence=old) if old is not None else None
-    new = progress.clear(essence=new)
+    extra_fields = registry.get_extra_fields(resource)
+    if gives_own_essences(diffbase):
+        # Both essences are new dicts of ours: cleared in place, not copied once more.
+        new = diffbase.build(body=body, extra_fields=extra_fields)
+        old = clear_owned(progress, old) if old is not None else None
+        new = clear_owned(progress, new)
+    else:
+        # Users' storages get the fields as dotted strings, as they always have.
+        new = diffbase.build(body=body, extra_fields=[".".join(f) for f in extra_fields])
+        old = progress.clear(essence=old) if old is not None else None
+        new = progress.clear(essence=new)
     diff = make_diff(old, new)
     initial = memory.noticed_by_listing and not memory.fully_handled_once
     reason = detect_changing_cause(
