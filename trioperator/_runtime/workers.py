@@ -180,6 +180,11 @@ async def _serve_busy(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
+            if len(mailbox):
+                # Already there (a new worker's first event, or one that came meanwhile): the
+                # wait would return at once, without a checkpoint, only at a higher cost.
+                open_ = mailbox.drain(pending) and open_
+                continue
             open_ = await _wait(
                 ctx, mailbox, pending, settings.queueing.idle_timeout, wake, _awaited(ctx, memory)
             )
