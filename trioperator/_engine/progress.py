@@ -24,7 +24,7 @@ import abc
 import json
 import logging
 from collections.abc import Collection, Mapping
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeGuard, cast
 
 from trioperator._engine.bodies import Body
 from trioperator._engine.conventions import (
@@ -196,11 +196,17 @@ class AnnotationsProgressStorage(
     def _strip(self, essence: BodyEssence) -> None:
         """Remove this storage's own fields from an essence that is already a private copy."""
         metadata = essence.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        if isinstance(annotations, Mapping):
-            ours = {name for name in annotations if name.startswith(f"{self.prefix}/")}
+        annotations = metadata.get("annotations") if _is_mapping(metadata) else None
+        if _is_mapping(annotations):
+            head = f"{self.prefix}/"
+            ours = {name for name in annotations if name.startswith(head)}
             self.remove_annotations(essence, ours)
         self.remove_empty_stanzas(essence)
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    # Dicts without the ABC's Python-level instance check; other mappings as before.
+    return isinstance(value, (dict, Mapping))
 
 
 def _format_field(field: FieldSpec, name: str) -> FieldPath:
