@@ -242,12 +242,16 @@ def copy_json(value: Any) -> Any:
     ``copy.deepcopy``. Shared sub-objects become separate copies, which is what JSON decoded
     from the wire never has anyway.
     """
+    # Scalars inside containers are taken as they are, without a call each (most leaves are).
+    scalars = _IMMUTABLE_SCALARS
     cls = type(value)
     if cls is dict:
-        return {key: copy_json(item) for key, item in value.items()}
+        return {
+            key: item if type(item) in scalars else copy_json(item) for key, item in value.items()
+        }
     if cls is list:
-        return [copy_json(item) for item in value]
-    if cls in _IMMUTABLE_SCALARS:
+        return [item if type(item) in scalars else copy_json(item) for item in value]
+    if cls in scalars:
         return value
     return copy.deepcopy(value)
 

@@ -108,7 +108,8 @@ class ProgressStorage(StorageStanzaCleaner, abc.ABC):
 
     def clear(self, *, essence: BodyEssence) -> BodyEssence:
         """A copy of the essence without this storage's own fields (so they are not a change)."""
-        return cast(BodyEssence, copy_json(essence))
+        essence = copy_json(essence)
+        return essence
 
     def flush(self) -> None:
         pass
@@ -321,13 +322,14 @@ class MultiProgressStorage(ProgressStorage):
         # One copy for all: this module's storages strip their fields from it in place (each
         # of their clear() would copy the essence again). Other storages, e.g. users' own
         # or with an overridden clear(), are asked through clear() as usual.
-        return self._clear_copy(cast(BodyEssence, copy_json(essence)))
+        copied: BodyEssence = copy_json(essence)
+        return self._clear_copy(copied)
 
     def _clear_copy(self, result: BodyEssence) -> BodyEssence:
         """Clear a private copy: stripped in place where the storages allow it."""
         for storage in self.storages:
             if type(storage).clear in _STRIPPING_CLEARS:
-                cast(_Stripping, storage)._strip(result)
+                storage._strip(result)  # type: ignore[attr-defined]  # one of _Stripping
             else:
                 result = storage.clear(essence=result)
         return result
@@ -350,10 +352,10 @@ def clear_owned(storage: ProgressStorage, essence: BodyEssence) -> BodyEssence:
     """
     clear = type(storage).clear
     if clear in _STRIPPING_CLEARS:
-        cast(_Stripping, storage)._strip(essence)
+        storage._strip(essence)  # type: ignore[attr-defined]  # one of _Stripping
         return essence
     if clear is MultiProgressStorage.clear:
-        return cast(MultiProgressStorage, storage)._clear_copy(essence)
+        return storage._clear_copy(essence)  # type: ignore[attr-defined, no-any-return]
     return storage.clear(essence=essence)
 
 

@@ -109,7 +109,9 @@ def _start_patch(memory: ObjectMemory, carried: Patch | None) -> Patch:
     A copy: if the cycle fails, the originals are still there for the retry.
     """
     carried = carried if carried is not None else Patch()
-    return Patch(copy.deepcopy(dict(carried)), fns=[*memory.pending_fns, *carried.fns])
+    contents = dict(carried)
+    fns = [*memory.pending_fns, *carried.fns]
+    return Patch(copy.deepcopy(contents) if contents else None, fns=fns)
 
 
 async def apply_carried(
@@ -219,9 +221,6 @@ async def _process_changing_cause(
     persistence = ctx.settings.persistence
     progress = persistence.progress_storage
     diffbase = persistence.diffbase_storage
-    execution = Execution.for_operator(ctx.operator, progress=True)
-    now = execution.now()
-
     old = diffbase.fetch(body=body)
     extra_fields = registry.get_extra_fields(resource)
     if gives_own_essences(diffbase):
@@ -283,6 +282,9 @@ async def _process_changing_cause(
     done = True
     delay: float | None = None
     if handlers:
+        # Only now: most cycles (e.g. the echo of our own patch) have no handler to run.
+        execution = Execution.for_operator(ctx.operator, progress=True)
+        now = execution.now()
         owned = registry.get_handlers(ChangingHandler, resource)
         state = State.from_storage(
             body=body,
