@@ -117,7 +117,7 @@ def resolve_field(src: Mapping[str, Any] | None, field: FieldSpec, default: Any 
     """
     # A body view is read through to its dict once, instead of resolving its path per key.
     # (Plain dicts and tuples first: checks against the ABCs cost a Python-level call each.)
-    value: Any = src if type(src) is dict or not isinstance(src, MappingView) else src._resolve()
+    value: Any = src._resolve() if _is_view(src) else src
     for key in field if type(field) is tuple else parse_field(field):
         if type(value) is not dict and not isinstance(value, Mapping):
             if default is _ABSENT:
@@ -145,7 +145,7 @@ def ensure_field(dst: MutableMapping[str, Any], field: FieldSpec, value: Any) ->
     target: MutableMapping[str, Any] = dst
     for key in path[:-1]:
         child = target.get(key)
-        if not isinstance(child, (dict, MutableMapping)):
+        if child is None or not isinstance(child, (dict, MutableMapping)):
             child = {}
             target[key] = child
         target = child
@@ -227,8 +227,20 @@ def annotations_size_after(
 
 
 def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
-    # Dicts (and subclasses, e.g. patches) without the ABC's Python-level instance check.
-    return isinstance(value, (dict, Mapping))
+    # Dicts (and subclasses, e.g. patches) and None without the ABC's Python-level check.
+    return value is not None and isinstance(value, (dict, Mapping))
+
+
+_VIEW_TYPES: dict[type, bool] = {}
+
+
+def _is_view(value: Any) -> TypeGuard[MappingView]:
+    """Whether it is a body view, remembered per type (not checked against the ABC each time)."""
+    cls = type(value)
+    known = _VIEW_TYPES.get(cls)
+    if known is None:
+        known = _VIEW_TYPES[cls] = issubclass(cls, MappingView)
+    return known
 
 
 _IMMUTABLE_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
@@ -326,7 +338,10 @@ def make_keys(
     prefix: str | None, key: str, *, v1: bool = True, body: Mapping[str, Any] | None = None
 ) -> list[str]:
     """All annotation keys of one record: V2 first, then V1 if enabled and different."""
-    return list(_make_keys(prefix, mark_key(key, body=body), v1))
+    # Asked several times per object and cycle: only ReplicaSets need the ownership looked at.
+    if body is not None and body.get("kind") == "ReplicaSet":
+        key = mark_key(key, body=body)
+    return list(_make_keys(prefix, key, v1))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -404,7 +419,10 @@ class StorageKeyFormingConvention:
         self.v1 = v1
 
     def make_keys(self, key: str, *, body: Body | Mapping[str, Any] | None = None) -> list[str]:
-        return make_keys(self.prefix, key, v1=self.v1, body=body)
+        # As make_keys(), without the extra call: this is asked several times per cycle.
+        if body is not None and body.get("kind") == "ReplicaSet":
+            key = mark_key(key, body=body)
+        return list(_make_keys(self.prefix, key, self.v1))
 
     def make_v1_key(self, key: str) -> str:
         return make_v1_key(self.prefix, key)
@@ -433,7 +451,7 @@ class StorageStanzaCleaner:
         """Remove the given annotation keys (in place)."""
         metadata = essence.get("metadata")
         annotations = metadata.get("annotations") if _is_mapping(metadata) else None
-        if not isinstance(annotations, (dict, MutableMapping)):
+        if annotations is None or not isinstance(annotations, (dict, MutableMapping)):
             return
         for key in [key for key in annotations if key in keys]:
             del annotations[key]
@@ -445,7 +463,7 @@ class StorageStanzaCleaner:
         Only these: an empty ``spec`` (or any other user field) is real content and stays.
         """
         metadata = essence.get("metadata")
-        if isinstance(metadata, (dict, MutableMapping)):
+        if metadata is not None and isinstance(metadata, (dict, MutableMapping)):
             for stanza in ("annotations", "labels"):
                 if stanza in metadata and not metadata[stanza]:
                     del metadata[stanza]

@@ -207,7 +207,7 @@ class AnnotationsProgressStorage(
 
 def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     # Dicts without the ABC's Python-level instance check; other mappings as before.
-    return isinstance(value, (dict, Mapping))
+    return value is not None and isinstance(value, (dict, Mapping))
 
 
 def _format_field(field: FieldSpec, name: str) -> FieldPath:
