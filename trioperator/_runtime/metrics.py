@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sized
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sized
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -160,6 +161,11 @@ class OperatorMetrics:
         self._watch_counts: dict[Resource, WatchCounts] = {}
 
         registry = self.registry
+        # Handler runs and API requests are put into their counters and histograms when the
+        # metrics are read (this collector is asked first), not as they happen: prometheus_client
+        # takes locks and checks for each of them, a few per handled object.
+        self._pending: deque[tuple[Callable[[float], None], float]] = deque()
+        registry.register(_Pending(self._pending))
         self._handler_runs = Counter(
             "trioperator_handler_runs",
             "Handler runs by handler id, resource and outcome (success/failure/retry/timeout).",
@@ -247,16 +253,19 @@ class OperatorMetrics:
         if child is None:
             child = self._handler_runs.labels(handler_id, _resource_label(resource), verdict)
             self._run_children[key] = child
-        child.inc()
+        pending = self._pending
+        pending.append((child.inc, 1))
         duration = self._duration_children.get(handler_id)
         if duration is None:
             duration = self._handler_durations.labels(handler_id)
             self._duration_children[handler_id] = duration
-        duration.observe(seconds)
+        pending.append((duration.observe, seconds))
         if exception is not None or outcome.ignored_error is not None:
             self._count(self._error_children, self._handler_errors, handler_id, resource)
         if retry:
             self._count(self._retry_children, self._handler_retries, handler_id, resource)
+        if len(pending) > PENDING_LIMIT:
+            _apply_pending(pending)
 
     def request_done(self, verb: str, code: int | None, seconds: float) -> None:
         """A request to the API has been answered with ``code`` (``None``: no answer)."""
@@ -266,8 +275,11 @@ class OperatorMetrics:
             label = "error" if code is None else str(code)
             children = (self._api_requests.labels(verb, label), self._api_durations.labels(verb))
             self._request_children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        pending = self._pending
+        pending.append((children[0].inc, 1))
+        pending.append((children[1].observe, seconds))
+        if len(pending) > PENDING_LIMIT:
+            _apply_pending(pending)
 
     def review_done(self, webhook: str, allowed: bool) -> None:
         """An admission review has been answered."""
@@ -398,6 +410,35 @@ class _StateCollector:
 
     def collect(self) -> Iterable[Metric]:
         return self._metrics.collect_state()
+
+
+PENDING_LIMIT: Final = 4096
+"""Observations kept before they go into the metrics anyway (when nobody reads them)."""
+
+
+class _Pending:
+    """The registry's first collector: puts the pending observations into the metrics before
+    any of them is read (by the endpoint, ``render()``, or ``registry.get_sample_value()``)."""
+
+    def __init__(self, pending: deque[tuple[Callable[[float], None], float]]) -> None:
+        self._pending = pending
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        _apply_pending(self._pending)
+        return ()
+
+
+def _apply_pending(pending: deque[tuple[Callable[[float], None], float]]) -> None:
+    # One at a time from the left: safe even if a scrape in another thread takes some too.
+    while pending:
+        try:
+            record, value = pending.popleft()
+        except IndexError:
+            return
+        record(value)
 
 
 def _resource_label(resource: Resource | None) -> str:
