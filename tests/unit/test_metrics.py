@@ -88,6 +88,21 @@ def test_api_requests_by_verb_and_code() -> None:
     assert get(metrics, "trioperator_api_request_duration_seconds_sum", verb="watch") == 3.0
 
 
+def test_many_requests_unread_for_long_are_all_counted_and_none_twice() -> None:
+    # Observations wait for the next read (or for a few thousand of them): every one is counted
+    # once, whether it went in early (over the limit) or at the read, and reads in between
+    # do not count any of them again.
+    metrics = OperatorMetrics()
+    for _ in range(10_000):
+        metrics.request_done("patch", 200, 0.5)
+    requests = "trioperator_api_requests_total"
+    assert get(metrics, requests, verb="patch", code="200") == 10_000
+    assert get(metrics, requests, verb="patch", code="200") == 10_000
+    metrics.request_done("patch", 200, 0.5)
+    assert get(metrics, requests, verb="patch", code="200") == 10_001
+    assert get(metrics, "trioperator_api_request_duration_seconds_sum", verb="patch") == 5000.5
+
+
 def test_admission_reviews_by_webhook_and_result() -> None:
     metrics = OperatorMetrics()
     metrics.review_done("check", True)

@@ -23,12 +23,11 @@ and CPython never gives back the heap grown for such a peak while anything else 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import trio
 
@@ -101,15 +100,10 @@ class Backlog:
         """Set when the router begins to wait for room (a new one for every wait)."""
         return self._stalling
 
-    @contextlib.contextmanager
-    def waking_on_stall(self, mailbox: Mailbox) -> Iterator[None]:
+    def waking_on_stall(self, mailbox: Mailbox) -> _StallWaking:
         """While inside, a stall (the router beginning to wait for room) wakes ``mailbox``'s
         waiting worker up, as :attr:`stalling` would, without a task to wait for that event."""
-        self._stall_watchers.add(mailbox)
-        try:
-            yield
-        finally:
-            self._stall_watchers.discard(mailbox)
+        return _StallWaking(self._stall_watchers, mailbox)
 
     def stalled_time(self) -> float:
         """The total time the router has waited for room so far, the ongoing wait included."""
@@ -153,6 +147,23 @@ class Backlog:
         finally:
             self._stalled += trio.current_time() - self._stalled_since
             self._stalled_since = None
+
+
+class _StallWaking:
+    """The context of :meth:`Backlog.waking_on_stall` (entered once or twice per handled
+    object: a plain class, not a generator-based context manager)."""
+
+    __slots__ = ("_mailbox", "_watchers")
+
+    def __init__(self, watchers: set[Mailbox], mailbox: Mailbox) -> None:
+        self._watchers = watchers
+        self._mailbox = mailbox
+
+    def __enter__(self) -> None:
+        self._watchers.add(self._mailbox)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._watchers.discard(self._mailbox)
 
 
 class Mailbox:

@@ -57,6 +57,10 @@ STREAM_BUFFER = 1024
 are full (``settings.queueing.max_pending``), and then this buffer fills and the stream waits."""
 
 
+ROUTING_BATCH = 32
+"""Events routed in a row, when the stream has them ready, before the router checkpoints."""
+
+
 def object_key(body: dict[str, object]) -> str:
     """The uid, or for uid-less objects a key built from what identifies them."""
     metadata = body.get("metadata")
@@ -259,7 +263,25 @@ async def _route(
     indexed = ctx.registry.has_indexing_handlers(ctx.resource)
     listed: set[str] = set()  # the objects of the current listing (initial, or after a 410)
     async with receive_events:
-        async for item in receive_events:
+        in_a_row = 0
+        while True:
+            # What the stream has read ahead is taken without a trip through the scheduler per
+            # event (a checkpoint each, then the next event); one checkpoint per batch keeps the
+            # router cancellable and fair. Before taking an event, so none is lost to a cancel.
+            if in_a_row >= ROUTING_BATCH:
+                in_a_row = 0
+                await trio.lowlevel.checkpoint()
+            try:
+                item = receive_events.receive_nowait()
+                in_a_row += 1
+            except trio.WouldBlock:
+                try:
+                    item = await receive_events.receive()
+                except trio.EndOfChannel:
+                    break
+                in_a_row = 0
+            except trio.EndOfChannel:
+                break
             if item is LISTED:
                 listing = False
                 _forget_unlisted(ctx, listed, streams)

@@ -190,6 +190,11 @@ async def _serve_busy(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
+            if len(mailbox):
+                # Already there (a new worker's first event, or one that came meanwhile): the
+                # wait would return at once, without a checkpoint, only at a higher cost.
+                open_ = mailbox.drain(pending) and open_
+                continue
             awaited = _awaited(ctx, memory)
             # Nothing to wait for but a new event, whoever brings it: wait without a task.
             # Not under a worker limit, where an idle worker keeps its slot (as in Kopf).
