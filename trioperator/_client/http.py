@@ -30,7 +30,6 @@ import math
 import netrc
 import os
 import ssl
-import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
@@ -196,6 +195,12 @@ def _proxy_url(server: str, info: ConnectionInfo, trust_env: bool) -> str | None
         return info.proxy_url
     if not trust_env:
         return None
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        # What urllib would find: no proxy. Checked first, so that an operator without proxies
+        # never imports urllib.request (with email and http.client: ~40 modules).
+        return None
+    import urllib.request
+
     proxies = urllib.request.getproxies_environment()
     parts = urlsplit(server)
     # The host with its port, if any: NO_PROXY entries may name either.
