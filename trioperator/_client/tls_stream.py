@@ -30,10 +30,11 @@ class TLSStream(trio.abc.Stream):
 
     Why not ``trio.SSLStream``: it runs TLS in memory buffers and moves every byte through a
     second stream, with a lock and a retry loop per call, so each read or write took several
-    trips through the scheduler; here a read or write is one attempt on the socket, and a
-    wait for it only if OpenSSL needs the network (either way round: TLS may need to write
-    to read, or read to write). As ``trio.SSLStream(https_compatible=True)``, a TCP close
-    without TLS close_notify reads as an end of stream (``suppress_ragged_eofs``).
+    trips through the scheduler; here a write is one attempt on the socket, and a wait for it
+    only if OpenSSL needs the network (either way round: TLS may need to write to read, or
+    read to write); a read with nothing decrypted in OpenSSL waits for the socket first. As
+    ``trio.SSLStream(https_compatible=True)``, a TCP close without TLS close_notify reads as
+    an end of stream (``suppress_ragged_eofs``).
     """
 
     __slots__ = ("_held", "read_ahead", "socket")
