@@ -114,6 +114,8 @@ class AlarmClock:
             scope = self._scope
             if scope is None or trio.current_time() < scope.deadline:
                 return trio.lowlevel.Abort.SUCCEEDED
+            # Awake now: ringing the last sleeper need not cancel the scope (the loop ends).
+            self._scope = None
             self._ring_due()
             trio.lowlevel.reschedule(task)
             return trio.lowlevel.Abort.FAILED

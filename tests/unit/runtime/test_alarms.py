@@ -134,3 +134,24 @@ async def test_an_outer_cancellation_ends_the_sleepers_and_the_clock(autojump_cl
             nursery.start_soon(sleeper, clock, "b")
     assert sorted(ended) == ["a", "b"]
     assert trio.current_time() == 5.0
+
+
+async def test_an_outer_deadline_together_with_the_clocks_own_wakes_and_ends_cleanly(
+    autojump_clock: Any,
+) -> None:
+    # The outer scope's deadline and the only sleeper's come in the same pass of the scheduler:
+    # the clock is asked to stop (by the outer scope) when its own sleeper is due already.
+    woken: list[float] = []
+
+    async def sleeper(clock: AlarmClock) -> None:
+        await clock.sleep(5)
+        woken.append(trio.current_time())
+        await trio.sleep_forever()
+
+    with trio.move_on_after(5) as outer:
+        async with trio.open_nursery() as nursery:
+            clock = AlarmClock(nursery)
+            nursery.start_soon(sleeper, clock)
+    assert outer.cancelled_caught
+    assert trio.current_time() == 5.0
+    assert woken in ([], [5.0])  # either way: no error, nothing left behind
