@@ -54,5 +54,8 @@ def _restore_logging_levels() -> Iterator[None]:
             logger.setLevel(levels.get(name, logging.NOTSET))
     root.setLevel(root_level)
     for handler in list(root.handlers):
-        if handler not in root_handlers and type(handler) is logging.StreamHandler:
+        ours = (
+            type(handler) is logging.StreamHandler or handler.get_name() == "trioperator.configure"
+        )
+        if handler not in root_handlers and ours:
             root.removeHandler(handler)

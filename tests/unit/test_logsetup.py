@@ -124,3 +124,35 @@ def test_the_cli_configures_through_configure(
     (line,) = emitted(capsys)
     assert json.loads(line)["ref"] == REF
     assert json.loads(line)["message"] == "Shown."  # the prefix is off in JSON by default
+
+
+def test_every_line_reaches_the_stream_at_once_in_order_with_filters_and_tracebacks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kopf.configure(log_format="%(levelname)s %(message)s", log_prefix=True)
+    (handler,) = [
+        h for h in logging.getLogger().handlers if h.get_name() == "trioperator.configure"
+    ]
+    logger = kopf.ObjectLogger(BODY)
+    logger.info("One.")
+    assert emitted(capsys) == ["INFO [ns1/kex] One."]  # written and flushed by the call itself
+    logger.warning("Two.")
+    logging.getLogger("trioperator.test").info("Three.")
+    assert emitted(capsys) == ["WARNING [ns1/kex] Two.", "INFO Three."]
+
+    handler.addFilter(lambda record: "secret" not in record.getMessage())
+    try:
+        logger.info("A secret.")
+        logger.info("Public.")
+    finally:
+        handler.filters.clear()
+    assert emitted(capsys) == ["INFO [ns1/kex] Public."]
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("Failed.")
+    lines = emitted(capsys)
+    assert lines[0] == "ERROR [ns1/kex] Failed."
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[-1] == "ValueError: boom"

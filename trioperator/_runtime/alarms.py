@@ -7,6 +7,13 @@ operator at rest spends on them. Here a sleeping task is only parked (``wait_tas
 and put into a heap; the clock's own task sleeps until the earliest deadline, then reschedules
 every task that is due, without any exception. Its cancel scope is one for all of them.
 
+The clock's own sleep is cheap too: when its deadline comes, trio asks the clock's task (through
+the abort function of its wait) whether it may raise ``Cancelled`` into it; the clock says no,
+reschedules the due sleepers and itself right there, and so they all run in the same pass of the
+scheduler as the expiry itself, without an exception, and without a hop through the clock's task
+(which would cost a second pass). Only a real cancellation (of the clock or from outside) gets
+``Cancelled``.
+
 The clock's task runs only while someone sleeps: it is started in the given nursery by the
 first sleeper and ends when no one sleeps any more, so it never keeps its nursery open. A
 sleeping task that is cancelled leaves at once (its entry stays in the heap, marked, until the
@@ -87,20 +94,39 @@ class AlarmClock:
 
     def _forget(self) -> None:
         self._sleeping -= 1
-        if not self._sleeping and self._scope is not None:
-            self._scope.cancel()  # no one sleeps: the clock's task ends now, not at a deadline
+        scope = self._scope
+        if not self._sleeping and scope is not None and not scope.cancel_called:
+            scope.cancel()  # no one sleeps: the clock's task ends now, not at a deadline
+
+    def _ring_due(self) -> None:
+        heap = self._heap
+        now = trio.current_time()
+        while heap and (heap[0][2].done or heap[0][0] <= now):
+            heapq.heappop(heap)[2].ring()
 
     async def _run(self) -> None:
         heap = self._heap
+        task = trio.lowlevel.current_task()
+
+        def wake(raise_cancel: object) -> trio.lowlevel.Abort:
+            # Called by trio when the clock's task is to be cancelled: at its deadline (then
+            # wake the due sleepers and go on, without an exception), or for real.
+            scope = self._scope
+            if scope is None or trio.current_time() < scope.deadline:
+                return trio.lowlevel.Abort.SUCCEEDED
+            # Awake now: ringing the last sleeper need not cancel the scope (the loop ends).
+            self._scope = None
+            self._ring_due()
+            trio.lowlevel.reschedule(task)
+            return trio.lowlevel.Abort.FAILED
+
         try:
             while self._sleeping:
                 with trio.CancelScope(deadline=heap[0][0] if heap else math.inf) as scope:
                     self._scope = scope
-                    await trio.sleep_forever()
+                    await trio.lowlevel.wait_task_rescheduled(wake)
                 self._scope = None
-                now = trio.current_time()
-                while heap and (heap[0][2].done or heap[0][0] <= now):
-                    heapq.heappop(heap)[2].ring()
+                self._ring_due()  # the entries of cancelled sleepers, due or not
         finally:
             self._scope = None
             self._running = False

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from trioperator._engine.stoppers import DaemonStopped, DaemonStopper, DaemonStoppingReason
-from trioperator._runtime.alarms import Alarm
+from trioperator._runtime.alarms import Alarm, AlarmClock
 from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
 
 __all__ = ["AsyncDaemonStopped", "AsyncDaemonStopperChecker", "TrioDaemonStopper"]
@@ -23,11 +23,14 @@ __all__ = ["AsyncDaemonStopped", "AsyncDaemonStopperChecker", "TrioDaemonStopper
 class TrioDaemonStopper(DaemonStopper):
     """The stop flag with trio's side: async daemons and the framework await it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, alarms: AlarmClock | None = None) -> None:
         super().__init__()
         self.event = trio.Event()
+        self.alarms = alarms
+        """The clock that timed waits on the flag sleep on (``None``: a cancel scope each)."""
         self.alarm: Alarm | None = None
-        """The wake-up of the framework's sleep between the calls (see ``AlarmClock``)."""
+        """The wake-up of the sleep on ``alarms`` that waits for the flag now, if any: the
+        framework's between the calls, or the daemon's own ``stopped.wait(seconds)``."""
 
     def set(self, reason: DaemonStoppingReason, *, now: float | None = None) -> None:
         super().set(reason, now=trio.current_time() if now is None else now)
@@ -71,6 +74,17 @@ class _TimedWaiting(DaemonStopped):
     async def _wait(self) -> DaemonStopped:
         stopper = self._stopper
         assert isinstance(stopper, TrioDaemonStopper)
-        with trio.move_on_after(math.inf if self._timeout is None else max(self._timeout, 0)):
+        timeout = self._timeout
+        alarms = stopper.alarms
+        free = alarms is not None and stopper.alarm is None
+        if free and alarms is not None and timeout is not None and timeout < math.inf:
+            # A daemon that wakes up now and then (e.g. ``while not stopped: await
+            # stopped.wait(60)``): on the daemons' alarm clock, which wakes it without a cancel
+            # scope and exception of its own, and together with others due then. The flag
+            # rings the alarm when raised. (Only one wait at a time uses the flag's slot; a
+            # concurrent one waits the usual way below.)
+            await alarms.sleep(max(timeout, 0), slot=stopper)
+            return self._origin
+        with trio.move_on_after(math.inf if timeout is None else max(timeout, 0)):
             await stopper.event.wait()
         return self._origin

@@ -97,8 +97,11 @@ class DaemonsKeeper:
         self.paused = False
         """While paused (peering), daemons are stopped and nothing is spawned."""
         self._execution = execution
+        # One clock for the sleeps of all the watcher's daemons and timers: the framework's
+        # between the calls, and the daemons' own ``await stopped.wait(seconds)``.
+        self._alarms = AlarmClock(nursery)
         self._loops = DaemonLoops(
-            api=api, resource=resource, execution=execution, alarms=AlarmClock(nursery)
+            api=api, resource=resource, execution=execution, alarms=self._alarms
         )
 
     @property
@@ -121,7 +124,7 @@ class DaemonsKeeper:
         daemons = memory.daemons
         assert daemons.live_body is not None
         is_async = is_async_fn(handler.fn)
-        stopper = TrioDaemonStopper()
+        stopper = TrioDaemonStopper(alarms=self._alarms)
         stopped = AsyncDaemonStopped(stopper) if is_async else SyncDaemonStopped(stopper)
         cause = DaemonCause(
             logger=objlogger,

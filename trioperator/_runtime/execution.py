@@ -365,17 +365,23 @@ async def _invoke_in_time(
 ) -> Any:
     # Only async handlers can be interrupted; a thread runs to its end regardless.
     abandon = execution.abandon_threads
-    if time_left is None or not is_async_fn(handler.fn):
+    is_async = is_async_fn(handler.fn)
+    if time_left is None or not is_async:
         return await invoke(
             handler.fn,
             kwargs=kwargs,
             limiter=execution.limiter,
             abandon_on_cancel=abandon,
             flavor=handler.flavor,
+            is_async=is_async,
         )
     with trio.move_on_after(max(time_left, 0)) as scope:
         return await invoke(
-            handler.fn, kwargs=kwargs, limiter=execution.limiter, flavor=handler.flavor
+            handler.fn,
+            kwargs=kwargs,
+            limiter=execution.limiter,
+            flavor=handler.flavor,
+            is_async=True,
         )
     if scope.cancelled_caught:
         raise HandlerTimeoutError(

@@ -38,6 +38,7 @@ async def invoke(
     limiter: trio.CapacityLimiter | None = None,
     abandon_on_cancel: bool = False,
     flavor: Flavor | None = None,
+    is_async: bool | None = None,
 ) -> Any:
     """Call ``fn(**kwargs)`` the way it wants to be called and return its result.
 
@@ -45,9 +46,10 @@ async def invoke(
     (``auto``: detected once per function). Under asyncio, a cancellation (a timeout, the
     operator's exit) cancels its asyncio task. A sync ``fn`` runs in a worker thread.
     Cancellation waits for the thread to return, unless ``abandon_on_cancel``: then the
-    caller is cancelled at once and the thread runs on alone.
+    caller is cancelled at once and the thread runs on alone. ``is_async``: whether ``fn`` is
+    async, if the caller knows it already (``None``: look).
     """
-    if is_async_fn(fn):
+    if is_async if is_async is not None else is_async_fn(fn):
         if choose_handler_flavor(fn, flavor) == "asyncio":
             return await run_asyncio(fn, kwargs)
         return await fn(**kwargs)

@@ -71,12 +71,13 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         if not logger.isEnabledFor(level):
             return
         msg, processed = self.process(msg, kwargs)
-        kwargs = dict(processed)
-        extra = kwargs.pop("extra", None)
-        if kwargs or not isinstance(level, int):
+        extra = processed.get("extra")
+        if len(processed) > (extra is not None) or not isinstance(level, int):
+            options = dict(processed)
+            extra = options.pop("extra", None)
             # exc_info=..., stack_info=..., stacklevel=...: one frame more (ours) to skip.
-            stacklevel = kwargs.pop("stacklevel", 1) + 1
-            logger.log(level, msg, *args, extra=extra, stacklevel=stacklevel, **kwargs)
+            stacklevel = options.pop("stacklevel", 1) + 1
+            logger.log(level, msg, *args, extra=extra, stacklevel=stacklevel, **options)
             return
         frame = sys._getframe(1)
         while frame.f_back is not None and frame.f_code.co_filename == _LOGGING_FILE:

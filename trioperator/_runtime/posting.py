@@ -413,9 +413,15 @@ class ObjectEventsHandler(logging.Handler):
             cls._installed = None
 
     def handle(self, record: logging.LogRecord) -> bool:
-        # Most records are not for posting (every timer run logs one): skip them before the
-        # handler's filters and lock.
+        # Most records are not for posting (every timer run logs one; and by default, as in
+        # Kopf, no log line is posted at all): skip them before the handler's filters and lock.
         if not getattr(record, "k8s_ref", None) or getattr(record, "k8s_skip", False):
+            return False
+        poster = _poster_var.get(None)
+        if poster is None:
+            return False
+        posting = poster.settings.posting
+        if not (posting.enabled and posting.loggers and record.levelno >= posting.level):
             return False
         return bool(super().handle(record))
 

@@ -80,3 +80,78 @@ async def test_zero_and_negative_sleeps_are_checkpoints(autojump_clock: Any) -> 
         await clock.sleep(0)
         await clock.sleep(-1)
     assert trio.current_time() == 0.0
+
+
+async def test_a_daemons_timed_waits_on_its_flag_sleep_on_the_clock(autojump_clock: Any) -> None:
+    from trioperator._engine.stoppers import DaemonStoppingReason
+    from trioperator._runtime.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
+
+    woken: list[tuple[str, float, bool]] = []
+
+    async def daemon(stopped: AsyncDaemonStopped, name: str, seconds: float) -> None:
+        while not stopped:
+            result = await stopped.wait(seconds)
+            woken.append((name, trio.current_time(), bool(result)))
+
+    async with trio.open_nursery() as nursery:
+        clock = AlarmClock(nursery)
+        stopper = TrioDaemonStopper(alarms=clock)
+        stopped = AsyncDaemonStopped(stopper)
+        nursery.start_soon(daemon, stopped, "first", 10.0)
+        await trio.sleep(1)
+        assert stopper.alarm is not None  # the first wait holds the flag's slot
+        # A second wait at the same time: the usual way, and woken by the flag as well.
+        nursery.start_soon(daemon, stopped, "second", 4.0)
+        await trio.sleep(14)
+        stopper.set(DaemonStoppingReason.RESOURCE_DELETED)
+
+    assert woken[:4] == [
+        ("second", 5.0, False),
+        ("second", 9.0, False),
+        ("first", 10.0, False),
+        ("second", 13.0, False),
+    ]
+    assert sorted(woken[4:]) == [("first", 15.0, True), ("second", 15.0, True)]  # any order
+    assert stopper.alarm is None
+    assert await stopped.wait(10)  # a stopped flag: no sleep at all
+    assert trio.current_time() == 15.0
+
+
+async def test_an_outer_cancellation_ends_the_sleepers_and_the_clock(autojump_clock: Any) -> None:
+    ended: list[str] = []
+
+    async def sleeper(clock: AlarmClock, name: str) -> None:
+        try:
+            await clock.sleep(10)
+        except trio.Cancelled:
+            ended.append(name)
+            raise
+
+    with trio.move_on_after(5):
+        async with trio.open_nursery() as nursery:
+            clock = AlarmClock(nursery)
+            nursery.start_soon(sleeper, clock, "a")
+            nursery.start_soon(sleeper, clock, "b")
+    assert sorted(ended) == ["a", "b"]
+    assert trio.current_time() == 5.0
+
+
+async def test_an_outer_deadline_together_with_the_clocks_own_wakes_and_ends_cleanly(
+    autojump_clock: Any,
+) -> None:
+    # The outer scope's deadline and the only sleeper's come in the same pass of the scheduler:
+    # the clock is asked to stop (by the outer scope) when its own sleeper is due already.
+    woken: list[float] = []
+
+    async def sleeper(clock: AlarmClock) -> None:
+        await clock.sleep(5)
+        woken.append(trio.current_time())
+        await trio.sleep_forever()
+
+    with trio.move_on_after(5) as outer:
+        async with trio.open_nursery() as nursery:
+            clock = AlarmClock(nursery)
+            nursery.start_soon(sleeper, clock)
+    assert outer.cancelled_caught
+    assert trio.current_time() == 5.0
+    assert woken in ([], [5.0])  # either way: no error, nothing left behind
