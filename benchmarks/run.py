@@ -695,6 +695,7 @@ def trace_breakdown(
     started: dict[str, float] = {}
     patches: dict[tuple[str, str], tuple[float, float | None, float]] = {}
     lags: list[float] = []
+    stalls: list[float] = []  # the router held the stream back (backpressure), seconds
     gc_pauses: dict[int, list[float]] = {1: [], 2: []}
     gc_totals: dict[str, Any] = {}
     if not path.exists():
@@ -716,6 +717,8 @@ def trace_breakdown(
                 patches.setdefault((item[1], item[2]), (item[3], item[4], item[5]))
             elif kind == "lag" and window[0] <= item[1] <= window[1]:
                 lags.append(item[2])
+            elif kind == "stall" and window[0] <= item[1] <= window[1]:
+                stalls.append(item[2])
             elif kind == "gc" and window[0] <= item[2] <= window[1]:
                 gc_pauses[item[1]].append(item[3])
             elif kind == "gcsum":
@@ -772,6 +775,7 @@ def trace_breakdown(
         "patches_waiting_max": _most_at_once(waiting) if waiting else None,
         "patches_at_once_max": _most_at_once([(v[0], v[2]) for v in patches.values()]),
         "loop_lag": _spread(lags),
+        "router_stalls": {"count": len(stalls), "seconds": round(sum(stalls), 3)},
         "gc_in_run": {
             f"gen{g}": {"count": len(v), "seconds": round(sum(v), 4), "max": max(v, default=0)}
             for g, v in gc_pauses.items()
@@ -792,6 +796,9 @@ def format_breakdown(breakdown: dict[str, Any]) -> str:
     gc2 = breakdown.get("gc_in_run", {}).get("gen2")
     if gc2:
         parts.append(f"gen2 GCs {gc2['count']} ({gc2['seconds'] * 1000:.0f} ms)")
+    stalls = breakdown.get("router_stalls")
+    if stalls and stalls["count"]:
+        parts.append(f"router stalls {stalls['count']} ({stalls['seconds'] * 1000:.0f} ms)")
     parts.append(f"PATCHes at once max {breakdown.get('patches_at_once_max')}")
     return "ms p50/p95: " + ", ".join(parts)
 

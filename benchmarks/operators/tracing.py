@@ -9,6 +9,8 @@ system-wide, so the harness compares them with its own):
   (trioperator: the router hands it to the object's worker);
 - ``["p", name, subresource, t_asked, t_connection, t_answered, status]``: a PATCH: asked for,
   got a request slot (trioperator only; Kopf: ``null``), read the whole response;
+- ``["stall", t, seconds, held]``: the router stops reading the stream (backpressure: too many
+  events queued for the workers) for that long;
 - ``["lag", t, seconds]``: the event loop's lag, sampled every 10 ms (a sleep's overshoot);
 - ``["gc", generation, t, seconds]``: a garbage collection of generation 1 or 2 (and the
   totals per generation at exit, ``["gcsum", generation, count, seconds]``).
@@ -88,6 +90,18 @@ def _patch_trioperator() -> None:
         put(self, event)
 
     mailboxes.Mailbox.put = traced_put  # type: ignore[method-assign]
+
+    wait_for_room = mailboxes.Backlog.wait_for_room
+
+    @functools.wraps(wait_for_room)
+    async def traced_wait_for_room(self: Any, limit: int) -> None:
+        if self.held < limit:
+            return await wait_for_room(self, limit)
+        began = time.monotonic()
+        await wait_for_room(self, limit)
+        record("stall", began, time.monotonic() - began, self.held)
+
+    mailboxes.Backlog.wait_for_room = traced_wait_for_room  # type: ignore[method-assign]
 
     granted: contextvars.ContextVar[float | None] = contextvars.ContextVar("granted", default=None)
     pool_request = h11_transport.TransportPool.request

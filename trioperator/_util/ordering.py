@@ -11,10 +11,19 @@ A *ticket* is a number from one counter, taken when work arrives (an event lands
 empty mailbox). The worker makes it the current ticket (a context variable) while it does that
 work, and :class:`OrderedSlots` admits the lowest ticket first. Waits without a current ticket
 take a fresh one: they queue behind everything already waiting, as in a FIFO.
+
+A cycle's first write carries the handlers' results (the status); the writes after it (the
+body's marks) only record that they are done. When the API server cannot keep up, giving them
+slots in turn with the first writes of the objects behind halves the rate at which results get
+out. So a *follow-up* (the ticket is :data:`SPENT`) waits behind every first write for up to
+``defer_limit`` seconds; after that, it takes its turn by the fresh ticket it took when it began
+to wait (as any wait without a ticket does): it is never starved, and a backlog that outlasts
+the deferral is worked off in the order the work came, as without it.
 """
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import heapq
 import itertools
@@ -22,7 +31,7 @@ from collections.abc import Iterator
 
 import trio
 
-__all__ = ["OrderedSlots", "current_ticket", "next_ticket"]
+__all__ = ["SPENT", "OrderedSlots", "current_ticket", "next_ticket"]
 
 _tickets: Iterator[int] = itertools.count(1)
 
@@ -30,6 +39,13 @@ current_ticket: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "trioperator_ticket", default=None
 )
 """The ticket of the work the current task does now (``None``: no particular work)."""
+
+SPENT = 0
+"""The current ticket once its work's first write has been sent: the writes after it are
+follow-ups (see above). No ticket is ever 0: the counter starts at 1."""
+
+DEFER_LIMIT = 2.0
+"""Seconds a follow-up gives way to first writes before it takes its turn by its ticket."""
 
 
 def next_ticket() -> int:
@@ -41,18 +57,23 @@ class OrderedSlots:
     """A semaphore whose waiters are admitted lowest ticket first.
 
     A release while tasks wait hands the slot straight to the lowest-ticketed one, so no task
-    that comes later can take it in between.
+    that comes later can take it in between. Follow-ups (ticket :data:`SPENT`) wait in a queue
+    of their own, first come first served, behind the others for up to ``defer_limit`` seconds,
+    then by the ticket they took when they began to wait.
     """
 
-    __slots__ = ("_free", "_serial", "_total", "_waiters")
+    __slots__ = ("_defer_limit", "_followups", "_free", "_serial", "_total", "_waiters")
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, *, defer_limit: float = DEFER_LIMIT) -> None:
         if total < 1:
             raise ValueError("OrderedSlots needs at least one slot.")
         self._total = total
         self._free = total
+        self._defer_limit = defer_limit
         self._serial = itertools.count()  # equal tickets: first come, first served
         self._waiters: list[tuple[int, int, trio.Event]] = []
+        # Follow-ups: (when it began to wait, its ticket, event), oldest first.
+        self._followups: collections.deque[tuple[float, int, trio.Event]] = collections.deque()
 
     @property
     def free(self) -> int:
@@ -60,17 +81,21 @@ class OrderedSlots:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._waiters) + len(self._followups)
 
     async def acquire(self, ticket: int | None = None) -> None:
-        """Take a slot; ``ticket`` defaults to the current one, else a fresh one."""
+        """Take a slot; ``ticket`` defaults to the current one, else a fresh one; a follow-up
+        if it is :data:`SPENT`."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        if self._free and not self._waiters:
+        if self._free and not self._waiters and not self._followups:
             self._free -= 1
             await trio.lowlevel.cancel_shielded_checkpoint()
             return
         if ticket is None:
             ticket = current_ticket.get()
+        if ticket == SPENT:
+            await self._acquire_followup()
+            return
         if ticket is None:
             ticket = next_ticket()
         entry = (ticket, next(self._serial), trio.Event())
@@ -85,7 +110,29 @@ class OrderedSlots:
                 heapq.heapify(self._waiters)
             raise
 
+    async def _acquire_followup(self) -> None:
+        entry = (trio.current_time(), next_ticket(), trio.Event())
+        self._followups.append(entry)
+        try:
+            await entry[2].wait()
+        except BaseException:
+            if entry[2].is_set():
+                self.release()
+            else:
+                self._followups.remove(entry)
+            raise
+
     def release(self) -> None:
+        followups = self._followups
+        if followups and (
+            not self._waiters
+            or (
+                followups[0][1] < self._waiters[0][0]
+                and trio.current_time() - followups[0][0] >= self._defer_limit
+            )
+        ):
+            followups.popleft()[2].set()
+            return
         if self._waiters:
             _, _, granted = heapq.heappop(self._waiters)
             granted.set()  # the slot passes to it as it is: ``_free`` does not change
