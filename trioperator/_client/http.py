@@ -40,7 +40,7 @@ from trioperator._client.credentials import ConnectionInfo
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
 from trioperator._client.h11_transport import Origin, Proxy, TransportPool
 from trioperator._client.tls import build_proxy_ssl_context, build_ssl_context
-from trioperator._util.ordering import SPENT, OrderedSlots, current_ticket
+from trioperator._util.ordering import OrderedSlots, current_ticket
 from trioperator._version import __version__
 from trioperator._wire.watch import LineSplitter
 
@@ -328,11 +328,11 @@ class HTTPSession:
             with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
                 # The oldest work first (see _util/ordering.py). Its ticket is spent on its
                 # first request: a handler's result (the first patch) is written in the order
-                # the objects came; the follow-up writes of a cycle give way to the results of
-                # the objects waiting behind (for a while: they are not starved).
+                # the objects came, and the follow-up writes of a cycle queue as they come, so
+                # that they do not hold back the results of the objects waiting behind.
                 ticket = current_ticket.get()
                 if ticket is not None:
-                    current_ticket.set(SPENT)
+                    current_ticket.set(None)
                 await self._slots.acquire(ticket)
                 try:
                     status, response_headers, body = await self._pools_for(what)[0].request(

@@ -44,7 +44,6 @@ from trioperator._runtime.execution import (
 )
 from trioperator._runtime.loggers import Logger, ObjectLogger
 from trioperator._runtime.memories import ObjectMemory
-from trioperator._util.ordering import current_ticket
 
 
 @dataclasses.dataclass
@@ -157,9 +156,6 @@ async def process_changes(
 
     body = Body(raw_body)
     patch = _start_patch(memory, patch)
-    # The handlers' own API calls spend the cycle's ticket (see _util/ordering.py); the cycle's
-    # patch, with their results, gets it back.
-    ticket = current_ticket.get()
     delay: float | None = None
     finalizer = persistence.finalizer
     deleting = is_deletion_ongoing(raw_body)
@@ -197,7 +193,6 @@ async def process_changes(
             delay = daemons_delay if delay is None else min(delay, daemons_delay)
 
     releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
-    current_ticket.set(ticket)
     outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
     outcome.awaiting_daemons = awaiting_daemons
     if releasing and not memory.pending_fns:

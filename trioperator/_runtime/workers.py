@@ -28,7 +28,7 @@ from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
 from trioperator._runtime.waiting import first_of
-from trioperator._util.ordering import SPENT, OrderedSlots, current_ticket
+from trioperator._util.ordering import OrderedSlots, current_ticket
 
 WAITING_KEEPALIVE_INTERVAL = 10 * 60
 """The longest a delay sleeps before touching the object anyway (as Kopf does)."""
@@ -159,10 +159,6 @@ async def _serve_busy(
     objlogger: ObjectLogger | None = None
     open_ = True
     while True:
-        if current_ticket.get() == SPENT:
-            # A new step (a retry, a delayed handler, a touch): its first write is not the
-            # follow-up of the previous step's; it queues as it comes (see _util/ordering.py).
-            current_ticket.set(None)
         if mailbox.discarded:
             return  # taken away (sharding: the object moved to another replica)
         if latest is None and not pending:

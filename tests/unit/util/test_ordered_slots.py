@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 from trio.testing import MockClock
-from trioperator._util.ordering import SPENT, OrderedSlots, current_ticket, next_ticket
+from trioperator._util.ordering import OrderedSlots, current_ticket, next_ticket
 
 
 async def test_waiters_are_admitted_by_ticket_not_by_arrival(autojump_clock: MockClock) -> None:
@@ -59,9 +59,7 @@ async def test_a_cancelled_waiter_leaves_the_line_and_loses_no_slot(
     await slots.acquire(1)
     await slots.acquire(2)
     with trio.move_on_after(1):
-        await slots.acquire(1)
-    with trio.move_on_after(1):
-        await slots.acquire(SPENT)
+        await slots.acquire(0)
     assert slots.waiting == 0
     slots.release()
     slots.release()
@@ -96,65 +94,3 @@ async def test_a_slot_handed_to_a_cancelled_waiter_passes_on(autojump_clock: Moc
         slots.release()  # ... when the slot is handed to it
     assert admitted == [2]
     assert slots.free == 1
-
-
-async def test_follow_ups_give_way_to_first_writes_then_go_in_their_order(
-    autojump_clock: MockClock,
-) -> None:
-    slots = OrderedSlots(1, defer_limit=10)
-    admitted: list[str] = []
-
-    async def user(name: str, ticket: int) -> None:
-        await slots.acquire(ticket)
-        admitted.append(name)
-        await trio.sleep(1)
-        slots.release()
-
-    await slots.acquire()
-    async with trio.open_nursery() as nursery:
-        # The follow-ups begin to wait first, and a current ticket of SPENT is one too.
-        nursery.start_soon(user, "follow-up A", SPENT)
-        await trio.sleep(0.1)
-        current_ticket.set(SPENT)
-        nursery.start_soon(user, "follow-up B", None)
-        current_ticket.set(None)
-        await trio.sleep(0.1)
-        nursery.start_soon(user, "result 9", 9)
-        nursery.start_soon(user, "result 3", 3)
-        await trio.sleep(0.1)
-        assert slots.waiting == 4
-        slots.release()
-    assert admitted == ["result 3", "result 9", "follow-up A", "follow-up B"]
-    assert slots.free == 1
-
-
-async def test_a_follow_up_is_not_starved_by_first_writes(autojump_clock: MockClock) -> None:
-    slots = OrderedSlots(1, defer_limit=2)
-    admitted: list[tuple[str, float]] = []
-    stop = trio.Event()
-
-    async def user(name: str, ticket: int) -> None:
-        await slots.acquire(ticket)
-        admitted.append((name, trio.current_time()))
-        await trio.sleep(0.5)
-        slots.release()
-
-    async def results(nursery: trio.Nursery) -> None:
-        while not stop.is_set():  # always one first write waiting: more than the slot takes
-            nursery.start_soon(user, "result", next_ticket())
-            await trio.sleep(0.25)
-
-    await slots.acquire()
-    start = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(results, nursery)
-        await trio.sleep(0.1)
-        nursery.start_soon(user, "follow-up", SPENT)
-        await trio.sleep(0.1)
-        slots.release()
-        await trio.sleep(5)
-        stop.set()
-    when = dict(admitted)["follow-up"] - start
-    # It waited from 0.1 s; the first release after it had waited 2 s let it in.
-    assert 2.1 <= when <= 2.1 + 0.5
-    assert [name for name, _ in admitted[:3]] == ["result"] * 3
