@@ -54,9 +54,8 @@ import trio
 import trio.testing
 from trioperator import configure as configure_logging
 from trioperator import on
-from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
-from trioperator._client.http import HTTPResponse
+from trioperator._client.http import HTTPResponse, SessionPool
 from trioperator._engine.bodies import Body
 from trioperator._engine.diffs import diff as make_diff
 from trioperator._engine.patches import Patch
@@ -326,11 +325,12 @@ async def one_run(
     fake.store.listeners.append(burst.on_change)
     session = InMemorySession(fake, meter)
 
-    async def _session(self: APIClient) -> Any:
-        key, info = await self.vault.select()
-        return key, info, session
+    # The client's own session selection runs (the vault, its checkpoint); only the pool hands
+    # out the in-memory session instead of one with sockets.
+    def _get(self: SessionPool, info: ConnectionInfo, *, trust_env: bool = False) -> Any:
+        return session
 
-    APIClient._session = _session  # type: ignore[method-assign]
+    SessionPool.get = _get  # type: ignore[method-assign]
 
     vault = Vault({"bench": ConnectionInfo(server=session.base_url, token="bench")})
     operator = Operator(registry=make_registry(sync), settings=OperatorSettings(), vault=vault)

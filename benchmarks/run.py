@@ -2262,7 +2262,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     try:
         args.sizes = int_list(args.sizes)
         repeats = int_list(args.repeat)
-        args.steady_sizes = int_list(args.steady_sizes)
+        # "0" skips, as for every other size of this group (a steady run of 0 objects has no
+        # per-object figures to report).
+        args.steady_sizes = [n for n in int_list(args.steady_sizes) if n]
         args.open_rates = [float(x) for x in args.open_rates.split(",") if x.strip()]
         args.ceiling_sizes = int_list(args.ceiling_sizes) if args.ceiling_sizes else args.sizes[:1]
     except ValueError as exc:

@@ -88,6 +88,21 @@ def test_api_requests_by_verb_and_code() -> None:
     assert get(metrics, "trioperator_api_request_duration_seconds_sum", verb="watch") == 3.0
 
 
+def test_many_requests_unread_for_long_are_all_counted_and_none_twice() -> None:
+    # Observations wait for the next read (or for a few thousand of them): every one is counted
+    # once, whether it went in early (over the limit) or at the read, and reads in between
+    # do not count any of them again.
+    metrics = OperatorMetrics()
+    for _ in range(10_000):
+        metrics.request_done("patch", 200, 0.5)
+    requests = "trioperator_api_requests_total"
+    assert get(metrics, requests, verb="patch", code="200") == 10_000
+    assert get(metrics, requests, verb="patch", code="200") == 10_000
+    metrics.request_done("patch", 200, 0.5)
+    assert get(metrics, requests, verb="patch", code="200") == 10_001
+    assert get(metrics, "trioperator_api_request_duration_seconds_sum", verb="patch") == 5000.5
+
+
 def test_admission_reviews_by_webhook_and_result() -> None:
     metrics = OperatorMetrics()
     metrics.review_done("check", True)
@@ -226,3 +241,84 @@ def test_the_process_is_described_too() -> None:
     names = {name for name, _ in found}
     assert {"process_resident_memory_bytes", "process_cpu_seconds_total"} <= names
     assert found["process_resident_memory_bytes", frozenset()] > 1_000_000
+
+
+@pytest.mark.parametrize("accept", ["", "application/openmetrics-text; version=1.0.0"])
+def test_the_counters_export_as_prometheus_clients_own_would(
+    monkeypatch: pytest.MonkeyPatch, accept: str
+) -> None:
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.exposition import choose_encoder
+    from trioperator._runtime.metrics import API_BUCKETS, HANDLER_BUCKETS
+
+    monkeypatch.setattr("time.time", lambda: 1700000000.25)
+    metrics = OperatorMetrics()
+    reference = CollectorRegistry()
+    runs = Counter(
+        "trioperator_handler_runs",
+        "Handler runs by handler id, resource and outcome (success/failure/retry/timeout).",
+        ["handler", "resource", "outcome"],
+        registry=reference,
+    )
+    errors = Counter(
+        "trioperator_handler_errors",
+        "Handler runs that raised an error (ignored, temporary or permanent).",
+        ["handler", "resource"],
+        registry=reference,
+    )
+    Counter(
+        "trioperator_handler_retries",
+        "Handler runs that were retries of an earlier failed or unfinished run.",
+        ["handler", "resource"],
+        registry=reference,
+    )
+    durations = Histogram(
+        "trioperator_handler_duration_seconds",
+        "How long handler runs took (daemons: their whole run).",
+        ["handler"],
+        buckets=HANDLER_BUCKETS,
+        registry=reference,
+    )
+    requests = Counter(
+        "trioperator_api_requests",
+        "Requests to the Kubernetes API by verb and HTTP status code (error: no response).",
+        ["verb", "code"],
+        registry=reference,
+    )
+    latencies = Histogram(
+        "trioperator_api_request_duration_seconds",
+        "Latency of requests to the Kubernetes API (watches: until the stream is open).",
+        ["verb"],
+        buckets=API_BUCKETS,
+        registry=reference,
+    )
+    reviews = Counter(
+        "trioperator_admission_reviews",
+        "Admission reviews answered, by webhook (handler id) and result (allowed/denied).",
+        ["webhook", "result"],
+        registry=reference,
+    )
+    for seconds in (0.001, 0.2, 3.0, 400.0):
+        metrics.handler_ran("h1", THINGS, HandlerOutcome(final=True), seconds, retry=False)
+        runs.labels("h1", LABEL, "success").inc()
+        durations.labels("h1").observe(seconds)
+    failure = HandlerOutcome(final=True, exception=PermanentError("no"))
+    metrics.handler_ran("h2", None, failure, 0.05, retry=False)
+    runs.labels("h2", "", "failure").inc()
+    durations.labels("h2").observe(0.05)
+    errors.labels("h2", "").inc()
+    for code, seconds in ((200, 0.002), (None, 11.0), (200, 0.03), (404, 0.0005)):
+        metrics.request_done("GET", code, seconds)
+        requests.labels("GET", "error" if code is None else str(code)).inc()
+        latencies.labels("GET").observe(seconds)
+    metrics.review_done("w1", True)
+    metrics.review_done("w1", False)
+    reviews.labels("w1", "allowed").inc()
+    reviews.labels("w1", "denied").inc()
+
+    encode, _ = choose_encoder(accept)
+    ours = encode(metrics.registry).decode().splitlines()
+    theirs = encode(reference).decode().splitlines()
+    assert [line for line in ours if line.split(" ")[-1] != "EOF" and line in theirs] == [
+        line for line in theirs if line.split(" ")[-1] != "EOF"
+    ]

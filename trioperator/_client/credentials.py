@@ -228,6 +228,9 @@ class Vault:
     ) -> None:
         self._now = now
         self._current: dict[VaultKey, ConnectionInfo] = {}
+        # Whether any current item has an expiration: if none has, there is nothing to drop,
+        # and the clock is not read for every request.
+        self._may_expire = False
         self._invalid: set[ConnectionInfo] = set()
         self._failure: BaseException | None = None
         self._closed = False
@@ -314,6 +317,9 @@ class Vault:
     def current(self) -> tuple[VaultKey, ConnectionInfo] | None:
         """The valid item with the highest priority now; ``None`` if there is none (then
         :meth:`select` waits for a login). For callers that checkpoint right after anyway."""
+        self._drop_expired()
+        if len(self._current) == 1:  # the usual case: one source, nothing to sort
+            return next(iter(self._current.items()))
         valid = self.items()
         return valid[0] if valid else None
 
@@ -404,14 +410,18 @@ class Vault:
                 continue
             if self._current.get(key) != info:
                 self._current[key] = info
+                self._may_expire = self._may_expire or info.expiration is not None
                 changed = True
         return changed
 
     def _drop_expired(self) -> None:
+        if not self._may_expire:
+            return
         now = self._now()
         for key, info in list(self._current.items()):
             if info.is_expired(now):
                 del self._current[key]
+        self._may_expire = any(info.expiration is not None for info in self._current.values())
 
     def _has_valid(self) -> bool:
         self._drop_expired()

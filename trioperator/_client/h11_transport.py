@@ -5,8 +5,10 @@ per small request (pool bookkeeping, layers of async generators, TLS wrappers), 
 operator's own logic; ``benchmarks/bench_http.py`` measures both. This module does only what
 talking to one API server needs: one origin (directly, or through an HTTP(S) proxy), keep-alive
 connections in a LIFO list, requests with a fully known body, responses read whole or streamed.
-The protocol is h11's alone: it writes every request (head and framing) and parses every
-response; nothing here writes or reads HTTP by hand. TLS is :mod:`.tls_stream`'s.
+Nothing here writes or reads HTTP by hand: h11 writes every request (head and framing), and
+httptools (llhttp, in C) parses every response: for the few headers and small JSON bodies of
+an API server's answers it costs a tenth of h11's parsing in pure Python, which was about a
+fifth of the CPU of a request (``benchmarks/bench_http.py``). TLS is :mod:`.tls_stream`'s.
 
 Design rules (each one a lesson of the library it replaces):
 
@@ -29,15 +31,19 @@ import contextlib
 import select
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Final, TypeVar
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Final, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import h11
+import httptools
 import trio
 
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
 from trioperator._client.tls_stream import TLSStream
+
+if TYPE_CHECKING:
+    from h11._headers import Headers
 
 __all__ = ["Origin", "Proxy", "TransportPool", "TransportResponse"]
 
@@ -46,6 +52,8 @@ _NO_TIMEOUT: Final = float("inf")
 _T = TypeVar("_T")
 # Headers that frame a request: set by the transport only.
 _FRAMING: Final = frozenset({"host", "content-length", "transfer-encoding"})
+# Sets of validated request headers kept per pool (see TransportPool._serialize).
+_VALIDATED_HEADERS: Final = 256
 
 
 class Proxy:
@@ -142,23 +150,33 @@ class Origin:
 class TransportResponse:
     """A response whose head is read; its body is read by :meth:`read` or :meth:`receive_some`."""
 
-    __slots__ = ("_conn", "_decoder", "_pool", "headers", "status")
+    __slots__ = ("_conn", "_decoder", "_pool", "_reader", "headers", "status")
 
-    def __init__(
-        self, pool: TransportPool, conn: _Connection, status: int, headers: dict[str, str]
-    ) -> None:
+    def __init__(self, pool: TransportPool, conn: _Connection, reader: _ResponseReader) -> None:
         self._pool = pool
         self._conn: _Connection | None = conn
-        self.status = status
-        self.headers = headers
-        self._decoder = _decoder_for(headers.get("content-encoding"))
+        self._reader = reader
+        self.status = reader.status
+        self.headers = reader.headers
+        self._decoder = _decoder_for(reader.headers.get("content-encoding"))
 
     async def read(self) -> bytes:
         """The whole (remaining) body."""
-        parts: list[bytes] = []
-        while (chunk := await self.receive_some()) is not None:
-            parts.append(chunk)
-        return b"".join(parts)
+        conn = self._conn
+        if conn is None:
+            return b""
+        reader = self._reader
+        while not reader.complete:
+            await conn.receive_into(reader)
+        parts = reader.body
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        decoder = self._decoder
+        if decoder is not None:
+            data = _decompress(decoder, data, conn) + decoder.flush()
+        self._conn = None
+        self._pool._release(conn, reader)
+        return data
 
     async def receive_some(self) -> bytes | None:
         """The next bytes of the body (decompressed if the server compressed it); None at its end.
@@ -170,23 +188,25 @@ class TransportResponse:
         conn = self._conn
         if conn is None:
             return None
+        reader = self._reader
+        parts = reader.body
         decoder = self._decoder
         while True:
-            event = await conn.next_event()
-            if type(event) is h11.Data:
-                data = bytes(event.data)
+            if parts:
+                # All that one read brought (e.g. several watch events), at once.
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                parts.clear()
                 if decoder is not None:
                     data = _decompress(decoder, data, conn)
                 if data:
                     return data
-            elif type(event) is h11.EndOfMessage:
+            elif reader.complete:
                 self._conn = None
                 tail = decoder.flush() if decoder is not None else b""
-                self._pool._release(conn)
+                self._pool._release(conn, reader)
                 return tail or None
-            else:  # ConnectionClosed before the end, or anything unexpected.
-                self._conn = None
-                raise conn.error(f"the body ended prematurely ({type(event).__name__})")
+            else:
+                await conn.receive_into(reader)
 
     async def unwind(self) -> None:
         """Abandon the rest of the body: the connection is closed, never reused half-read."""
@@ -197,6 +217,122 @@ class TransportResponse:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+class _ResponseReader:
+    """One response as httptools parses it: status, headers, the body's bytes not yet taken.
+
+    The parser calls the ``on_*`` methods as the bytes are fed. Whatever follows a complete
+    response (the server is confused) is never parsed into another one: it only makes the
+    connection unusable for the next request.
+    """
+
+    __slots__ = (
+        "_informational",
+        "_parser",
+        "body",
+        "close_delimited",
+        "complete",
+        "head_done",
+        "head_only",
+        "headers",
+        "reason",
+        "reusable",
+        "status",
+        "trailing",
+    )
+
+    def __init__(self, *, head_only: bool = False) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._informational = False
+        self.head_only = head_only  # the answer to a HEAD request: no body, whatever it says
+        self.status = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        self.head_done = False
+        self.complete = False
+        self.close_delimited = False  # the body ends where the connection does
+        self.reusable = True
+        self.trailing = False  # bytes came after the complete response
+        self.body: list[bytes] = []
+
+    def feed(self, data: bytes | bytearray) -> None:
+        """Parse the bytes; ``httptools.HttpParserError`` for a response that breaks HTTP."""
+        if self.complete:
+            self.trailing = True
+            self.reusable = False
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            if not self.complete:
+                raise
+            self.trailing = True  # garbage after a complete response
+            self.reusable = False
+
+    def end(self) -> bool:
+        """The connection ended: whether that completed the response (a close-delimited body)."""
+        if self.head_done and not self.complete and self.close_delimited:
+            self.complete = True
+            self.reusable = False
+        return self.complete
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.trailing = True  # another response after the one asked for
+            self.reusable = False
+
+    def on_status(self, reason: bytes) -> None:
+        if not self.complete:
+            self.reason = reason.decode("latin-1")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.complete:
+            return
+        # Names lower-cased; repeated headers are joined, as HTTP allows for lists.
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers = self.headers
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        if self.complete:
+            return
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self._informational = True  # 100 Continue & co: the real answer follows
+            self.headers = {}
+            return
+        self.status = status
+        self.head_done = True
+        headers = self.headers
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            self.close_delimited = not coding.rstrip().lower().endswith("chunked")
+        else:
+            self.close_delimited = "content-length" not in headers and status not in (204, 304)
+        if self.head_only:
+            # No body, whatever the head announces (llhttp does not know the request's method:
+            # it would wait for that body). Each response has a parser of its own, so the
+            # connection is reusable; bytes coming after this head are not.
+            self.complete = True
+            self.reusable = self._parser.should_keep_alive()
+
+    def on_body(self, data: bytes) -> None:
+        if self.complete:
+            self.trailing = True  # after the head of a HEAD response
+            self.reusable = False
+        else:
+            self.body.append(data)
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        if self.complete:
+            return
+        self.complete = True
+        if self.close_delimited or not self._parser.should_keep_alive():
+            self.reusable = False
 
 
 def _decompress(decoder: zlib._Decompress, data: bytes, conn: _Connection) -> bytes:
@@ -219,48 +355,53 @@ def _decoder_for(encoding: str | None) -> zlib._Decompress | None:
 
 
 class _Connection:
-    """One HTTP/1.1 connection: a trio stream and its h11 state machine."""
+    """One HTTP/1.1 connection: a trio stream, and the request in flight (for error messages)."""
 
-    __slots__ = ("eof", "h11", "idle_since", "stream", "what")
+    __slots__ = ("_poller", "idle_since", "stream", "what")
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT)
+        self._poller: select.poll | None = None  # for stale()
         self.idle_since = 0.0
-        self.eof = False  # the server closed its side
         self.what = ""  # the request in flight, for error messages
 
     def error(self, text: str) -> APIConnectionError:
         self.close()
         return APIConnectionError(f"{self.what}: {text}")
 
-    async def next_event(self) -> object:
-        conn = self.h11
-        while True:
-            state = conn.their_state  # h11 moves to ERROR on errors: which phase failed?
-            try:
-                event = conn.next_event()
-            except h11.RemoteProtocolError as exc:
-                if state is h11.SEND_RESPONSE and self.eof:
-                    text = "the server closed the connection without sending a response"
-                elif state is h11.SEND_BODY and self.eof:
-                    text = "the server closed the connection: the body ended prematurely"
-                else:
-                    self.close()
-                    raise APIProtocolError(f"{self.what}: malformed HTTP response: {exc}") from exc
-                raise self.error(text) from exc
-            if event is not h11.NEED_DATA:
-                return event
-            try:
-                data = await self.stream.receive_some(_READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise self.error(_describe(exc)) from exc
-            self.eof = not data
-            conn.receive_data(data)  # type: ignore[arg-type]  # bytearray works as well
+    async def receive_into(self, reader: _ResponseReader) -> None:
+        """Read what the server sent (at least one byte, or its end) into the response."""
+        try:
+            data = await self.stream.receive_some(_READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise self.error(_describe(exc)) from exc
+        if not data:
+            if reader.end():
+                return
+            raise self.error(
+                "the server closed the connection: the body ended prematurely"
+                if reader.head_done
+                else "the server closed the connection without sending a response"
+            )
+        try:
+            reader.feed(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            self.close()
+            text = str(exc) or type(exc).__name__
+            raise APIProtocolError(f"{self.what}: malformed HTTP response: {text}") from exc
+
+    async def receive_head(self, reader: _ResponseReader) -> None:
+        while not reader.head_done:
+            await self.receive_into(reader)
 
     async def send(self, data: bytes) -> None:
+        """Send a request (or a tunnel's): an answer is awaited right after."""
+        stream = self.stream
         try:
-            await self.stream.send_all(data)
+            if type(stream) is TLSStream:
+                await stream.send_request(data)  # the wait for the answer is the schedule point
+            else:
+                await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise self.error(_describe(exc)) from exc
 
@@ -288,8 +429,10 @@ class _Connection:
             return True
         if fd < 0:
             return True
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
+        poller = self._poller
+        if poller is None:  # made at the first reuse, kept: the socket stays the same
+            poller = self._poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP)
         return bool(poller.poll(0))
 
     def close(self) -> None:
@@ -314,22 +457,25 @@ async def _open_tunnel(stream: trio.abc.Stream, origin: Origin, proxy: Proxy, wh
     headers = [("Host", origin.authority)]
     if proxy.authorization:
         headers.append(("Proxy-Authorization", proxy.authorization))
-    h = conn.h11
+    h = h11.Connection(h11.CLIENT)
     request = h.send(h11.Request(method="CONNECT", target=origin.authority, headers=headers))
     end = h.send(h11.EndOfMessage())
     await conn.send((request or b"") + (end or b""))
-    while True:
-        event = await conn.next_event()
-        if type(event) is not h11.InformationalResponse:
-            break
-    if type(event) is not h11.Response:
-        raise conn.error(f"the proxy {proxy.url} closed the connection instead of a tunnel")
-    if not 200 <= event.status_code < 300:
-        reason = event.reason.decode("latin-1")
+    # A 2xx answer to CONNECT has no body: llhttp reads one until the end of the connection,
+    # so whatever comes after the head shows as body bytes.
+    reader = _ResponseReader()
+    try:
+        await conn.receive_head(reader)
+    except APIProtocolError:
+        raise
+    except APIConnectionError:
         raise conn.error(
-            f"the proxy {proxy.url} refused the tunnel: HTTP {event.status_code} {reason}".rstrip()
-        )
-    if h.trailing_data[0]:
+            f"the proxy {proxy.url} closed the connection instead of a tunnel"
+        ) from None
+    if not 200 <= reader.status < 300:
+        refusal = f"HTTP {reader.status} {reader.reason}".rstrip()
+        raise conn.error(f"the proxy {proxy.url} refused the tunnel: {refusal}")
+    if reader.body or reader.trailing:
         # The origin speaks only after the client's TLS hello: these bytes are the proxy's.
         conn.close()
         raise APIProtocolError(f"{what}: the proxy {proxy.url} sent data into the new tunnel")
@@ -351,12 +497,24 @@ class TransportPool:
     seconds are closed instead of reused: servers close idle connections on their own timers.
     """
 
-    def __init__(self, origin: Origin, *, max_idle: int, keepalive_expiry: float = 30.0) -> None:
+    def __init__(
+        self,
+        origin: Origin,
+        *,
+        max_idle: int,
+        keepalive_expiry: float = 30.0,
+        read_ahead: bool = True,
+    ) -> None:
         self.origin = origin
+        # For TLS: whether reads take every record received (streams of many small ones, as
+        # watch events) or stop after a short one (single answers: nothing more comes then).
+        self.read_ahead = read_ahead
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
         self._idle: list[_Connection] = []
         self._closed = False
+        # Validated request headers by (headers, body length): see _serialize.
+        self._validated: dict[tuple[tuple[tuple[str, str], ...], int | None], Headers] = {}
 
     async def request(
         self,
@@ -407,61 +565,61 @@ class TransportPool:
     ) -> TransportResponse:
         if self._closed:
             raise APIConnectionError(f"{what}: the connection pool is closed")
+        try:
+            data = self._serialize(method, target, headers, content)
+        except h11.LocalProtocolError as exc:
+            raise APIProtocolError(f"{what}: cannot send the request: {exc}") from exc
         conn = self._take()
         if conn is None:
             conn = await self._connect(what, connect_timeout)
         conn.what = what
+        reader = _ResponseReader(head_only=method == "HEAD")
         try:
-            try:
-                data = self._serialize(conn.h11, method, target, headers, content)
-            except h11.LocalProtocolError as exc:
-                raise APIProtocolError(f"{what}: cannot send the request: {exc}") from exc
             # One write: the whole request in one TCP segment (or TLS record) when it fits.
             await conn.send(data)
-            while True:
-                event = await conn.next_event()
-                if type(event) is h11.Response:
-                    head = event
-                    break
-                if type(event) is h11.InformationalResponse:
-                    continue  # 100 Continue & co: the real answer follows.
-                raise conn.error(
-                    "the server closed the connection without sending a response"
-                    if type(event) is h11.ConnectionClosed
-                    else f"unexpected {type(event).__name__} instead of a response"
-                )
+            await conn.receive_head(reader)
         except BaseException:
             # Errors, timeouts and cancellations alike: a half-used connection is never reused.
             conn.close()
             raise
-        return TransportResponse(self, conn, head.status_code, _headers(head.headers))
+        return TransportResponse(self, conn, reader)
 
     def _serialize(
-        self,
-        h: h11.Connection,
-        method: str,
-        target: str,
-        headers: Mapping[str, str],
-        content: bytes | None,
+        self, method: str, target: str, headers: Mapping[str, str], content: bytes | None
     ) -> bytes:
-        """The request's bytes as h11 writes them, with ``h`` moved to waiting for the response.
+        """The request's bytes as h11 writes them.
 
         The framing is the transport's alone: the body (always fully known) goes with its
         ``Content-Length``, and a caller's own ``Content-Length``, ``Transfer-Encoding`` or
         ``Host`` is refused, since h11 would send it next to ours (e.g. both a length and
         chunking, which servers and proxies may read differently). h11 validates the rest.
+
+        h11 writes each request on a state machine of its own (the responses are not h11's to
+        read). Its validation of the header lines, a third of its cost, is done once per set of
+        headers (and body length): a request's own validated headers are given back to h11 for
+        the next requests with the same ones; the method and the target are validated each time.
         """
-        items: list[tuple[str, str]] = [("Host", self.origin.host_header)]
-        for name, value in headers.items():
-            if name.lower() in _FRAMING:
-                raise h11.LocalProtocolError(f"the {name} header is the transport's to set")
-            items.append((name, value))
+        key = (tuple(headers.items()), None if content is None else len(content))
         origin = self.origin
-        if origin.proxy is not None and not origin.tls and origin.proxy.authorization:
-            items.append(("Proxy-Authorization", origin.proxy.authorization))
-        if content is not None:
-            items.append(("Content-Length", str(len(content))))
-        request = h11.Request(method=method, target=origin.target_base + target, headers=items)
+        full_target = origin.target_base + target
+        h = h11.Connection(h11.CLIENT)
+        validated = self._validated.get(key)
+        if validated is not None:
+            request = h11.Request(method=method, target=full_target, headers=validated)
+        else:
+            items: list[tuple[str, str]] = [("Host", origin.host_header)]
+            for name, value in headers.items():
+                if name.lower() in _FRAMING:
+                    raise h11.LocalProtocolError(f"the {name} header is the transport's to set")
+                items.append((name, value))
+            if origin.proxy is not None and not origin.tls and origin.proxy.authorization:
+                items.append(("Proxy-Authorization", origin.proxy.authorization))
+            if content is not None:
+                items.append(("Content-Length", str(len(content))))
+            request = h11.Request(method=method, target=full_target, headers=items)
+            if len(self._validated) >= _VALIDATED_HEADERS:
+                self._validated.clear()  # e.g. bodies of many lengths: start over, stay small
+            self._validated[key] = request.headers
         parts = [h.send(request)]
         if content:
             parts.append(h.send(h11.Data(data=content)))
@@ -480,20 +638,13 @@ class TransportPool:
             conn.close()
         return None
 
-    def _release(self, conn: _Connection) -> None:
-        h = conn.h11
-        if (
-            self._closed
-            or len(self._idle) >= self.max_idle
-            or h.our_state is not h11.DONE
-            or h.their_state is not h11.DONE
-            # Bytes after the response: the server is confused; they must not become the start
-            # of the next response.
-            or h.trailing_data[0]
-        ):
+    def _release(self, conn: _Connection, reader: _ResponseReader) -> None:
+        # Not reusable: the server will close it, the body's end was the connection's, or
+        # bytes came after the response (the server is confused; they must not become the
+        # start of the next response).
+        if self._closed or len(self._idle) >= self.max_idle or not reader.reusable:
             conn.close()
             return
-        h.start_next_cycle()
         conn.idle_since = trio.current_time()
         conn.what = ""
         self._idle.append(conn)
@@ -522,6 +673,7 @@ class TransportPool:
                     if isinstance(stream, trio.SocketStream):
                         stream = None
                         stream = await TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                        stream.read_ahead = self.read_ahead
                     else:
                         # TLS inside the TLS to a proxy: no socket of its own, so trio's stream.
                         inner = trio.SSLStream(
@@ -554,13 +706,3 @@ class TransportPool:
         idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
-
-
-def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
-    # h11 gives lower-cased names. Repeated headers are joined, as HTTP allows for lists.
-    headers: dict[str, str] = {}
-    for name, value in raw:
-        key = name.decode("latin-1")
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
-    return headers

@@ -7,7 +7,8 @@ an HTTP response come out as :class:`~trioperator._client.errors.APIConnectionEr
 :class:`~trioperator._client.errors.APITimeoutError`); no type of the HTTP library leaks out.
 
 The implementation is the HTTP/1.1 client of :mod:`~trioperator._client.h11_transport`
-(trio streams, h11 for the protocol, :mod:`~trioperator._client.tls_stream` for TLS), for direct
+(trio streams, h11 writing requests, httptools parsing responses,
+:mod:`~trioperator._client.tls_stream` for TLS), for direct
 connections and through HTTP(S) proxies alike: for the small JSON requests of an operator it
 costs about a third of the CPU per request of httpx2 (``benchmarks/bench_http.py``).
 
@@ -29,7 +30,6 @@ import math
 import netrc
 import os
 import ssl
-import urllib.request
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 from urllib.parse import quote, urlencode, urlsplit
@@ -195,6 +195,12 @@ def _proxy_url(server: str, info: ConnectionInfo, trust_env: bool) -> str | None
         return info.proxy_url
     if not trust_env:
         return None
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        # What urllib would find: no proxy. Checked first, so that an operator without proxies
+        # never imports urllib.request (with email and http.client: ~40 modules).
+        return None
+    import urllib.request
+
     proxies = urllib.request.getproxies_environment()
     parts = urlsplit(server)
     # The host with its port, if any: NO_PROXY entries may name either.
@@ -281,7 +287,10 @@ class HTTPSession:
         else:
             self._pools = (
                 TransportPool(
-                    origin, max_idle=MAX_CONCURRENT_REQUESTS, keepalive_expiry=_KEEPALIVE_EXPIRY
+                    origin,
+                    max_idle=MAX_CONCURRENT_REQUESTS,
+                    keepalive_expiry=_KEEPALIVE_EXPIRY,
+                    read_ahead=False,
                 ),
                 TransportPool(
                     origin, max_idle=_STREAM_KEEPALIVE, keepalive_expiry=_KEEPALIVE_EXPIRY
@@ -333,7 +342,11 @@ class HTTPSession:
                 ticket = current_ticket.get()
                 if ticket is not None:
                     current_ticket.set(None)
-                await self._slots.acquire(ticket)
+                # A free slot is taken without a trip through the scheduler: the request is
+                # checked for cancellation before it is sent, and waits for the network next
+                # (a schedule point).
+                if not self._slots.try_acquire():
+                    await self._slots.acquire(ticket)
                 try:
                     status, response_headers, body = await self._pools_for(what)[0].request(
                         method,
@@ -425,22 +438,31 @@ class SessionPool:
     def __init__(self) -> None:
         self._sessions: dict[tuple[ConnectionInfo, bool], HTTPSession] = {}
         self._retired_sessions: list[HTTPSession] = []
+        # The last one given, by the identity of its credentials: asked for before every
+        # request, almost always with the same object, whose hash covers all of its fields.
+        self._last: tuple[ConnectionInfo, bool, HTTPSession] | None = None
 
     def get(self, info: ConnectionInfo, *, trust_env: bool = False) -> HTTPSession:
+        last = self._last
+        if last is not None and last[0] is info and last[1] == trust_env:
+            return last[2]
         key = (info, trust_env)
         session = self._sessions.get(key)
         if session is None:
             session = self._sessions[key] = HTTPSession(info, trust_env=trust_env)
+        self._last = (info, trust_env, session)
         return session
 
     async def discard(self, info: ConnectionInfo) -> None:
         """Forget the sessions of these credentials; they close once their requests are done."""
+        self._last = None
         for key in [key for key in self._sessions if key[0] == info]:
             session = self._sessions.pop(key)
             self._retired_sessions.append(session)
             await session.retire()
 
     async def aclose(self) -> None:
+        self._last = None
         sessions = [*self._sessions.values(), *self._retired_sessions]
         self._sessions.clear()
         self._retired_sessions.clear()

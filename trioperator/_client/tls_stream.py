@@ -17,6 +17,7 @@ import trio
 __all__ = ["TLSStream"]
 
 _READ_SIZE: Final = 65536
+_RECORD: Final = 16384  # the largest TLS record's plaintext: more may follow a full one
 _T = TypeVar("_T")
 
 
@@ -29,16 +30,20 @@ class TLSStream(trio.abc.Stream):
 
     Why not ``trio.SSLStream``: it runs TLS in memory buffers and moves every byte through a
     second stream, with a lock and a retry loop per call, so each read or write took several
-    trips through the scheduler; here a read or write is one attempt on the socket, and a
-    wait for it only if OpenSSL needs the network (either way round: TLS may need to write
-    to read, or read to write). As ``trio.SSLStream(https_compatible=True)``, a TCP close
-    without TLS close_notify reads as an end of stream (``suppress_ragged_eofs``).
+    trips through the scheduler; here a write is one attempt on the socket, and a wait for it
+    only if OpenSSL needs the network (either way round: TLS may need to write to read, or
+    read to write); a read with nothing decrypted in OpenSSL waits for the socket first. As
+    ``trio.SSLStream(https_compatible=True)``, a TCP close without TLS close_notify reads as
+    an end of stream (``suppress_ragged_eofs``).
     """
 
-    __slots__ = ("_held", "socket")
+    __slots__ = ("_held", "read_ahead", "socket")
 
     def __init__(self, sock: ssl.SSLSocket) -> None:
         self.socket = sock
+        # Whether a read takes the records received after the first one too (for streams of
+        # many small records), or only after a full-size one (for single answers).
+        self.read_ahead = True
         # What ended a read after some data was read already: given at the next read.
         self._held: BaseException | None = None
 
@@ -102,12 +107,23 @@ class TLSStream(trio.abc.Stream):
                 return b""
             raise held
         sock = self.socket
-        data = await self._retry(functools.partial(sock.recv, size))
-        if not data or len(data) >= size:
+        first: bytes | None = None
+        if not sock.pending():
+            # Nothing decrypted waits in OpenSSL: a reader comes here once it has taken all
+            # there was (an answer not sent yet, the next watch event), so a read now would
+            # almost always fail (an SSL call, a syscall, an exception) before the wait anyway.
+            if sock.fileno() < 0:
+                raise trio.ClosedResourceError("the TLS stream is closed")
+            await trio.lowlevel.wait_readable(sock)
+            first = self._read_now(size)
+        # Else (or if what arrived is not a whole record yet), as any non-blocking read.
+        data = first if first is not None else await self._retry(functools.partial(sock.recv, size))
+        if not data or len(data) >= size or not (self.read_ahead or len(data) >= _RECORD):
             return data
         # One read gives one TLS record, and the server sends every watch event (or a piece
         # of a long body) as a record of its own: the records already received are read now,
         # together, rather than each one with a trip through the scheduler and the parsers.
+        # (Not after a short record on a connection of single answers: nothing more comes.)
         parts = [data]
         room = size - len(data)
         while room > 0:
@@ -125,6 +141,13 @@ class TLSStream(trio.abc.Stream):
             room -= len(more)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    def _read_now(self, size: int) -> bytes | None:
+        """One read of what is there, with no wait: None if TLS needs more from the network."""
+        try:
+            return self.socket.recv(size)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return None
+
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
@@ -132,6 +155,20 @@ class TLSStream(trio.abc.Stream):
             # retry after the wait sends the same bytes again, as OpenSSL requires.
             sent = await self._retry(functools.partial(self.socket.send, view))
             view = view[sent:]
+
+    async def send_request(self, data: bytes) -> None:
+        """Send all, for a caller who waits for the answer right after (a schedule point).
+
+        When the bytes go out at once, no schedule point of its own (``send_all`` has one):
+        a cancellation before is still seen, and nothing is sent then.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            sent = self.socket.send(data)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            sent = 0
+        if sent < len(data):
+            await self.send_all(memoryview(data)[sent:])
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self.socket)

@@ -57,6 +57,14 @@ class MappingView(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._resolve()[key]
 
+    # The Mapping mixins would resolve the path once per step (and raise and catch a KeyError
+    # for every absent key); these resolve it once, with the same results.
+    def get(self, key: str, default: Any = None) -> Any | None:
+        return self._resolve().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._resolve()
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._resolve())
 

@@ -107,8 +107,18 @@ class BaseCause:
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        """The keyword arguments for a handler of this cause (indices override the rest)."""
-        return {**self._own_kwargs(), **self.indices}
+        """The keyword arguments for a handler of this cause (indices override the rest).
+
+        A new dict each time (callers add to it), copied from the one made on the first call:
+        a cause is asked several times (filters, the lifecycle, each handler), and nothing in
+        it changes meanwhile (the body's views are live, the rest is fixed for the cause).
+        A ``dataclasses.replace()`` of a cause (e.g. for a field handler) makes its own.
+        """
+        made: dict[str, Any] | None = self.__dict__.get("_kwargs_made")
+        if made is None:
+            made = {**self._own_kwargs(), **self.indices}
+            object.__setattr__(self, "_kwargs_made", made)
+        return dict(made)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ import functools
 import hashlib
 import warnings
 from collections.abc import Collection, Iterable, Mapping, MutableMapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeGuard
 
 from trioperator._engine.bodies import Body, MappingView
 
@@ -116,8 +116,9 @@ def resolve_field(src: Mapping[str, Any] | None, field: FieldSpec, default: Any 
     Without a default, an absent key raises ``KeyError``, a non-dict parent ``TypeError``.
     """
     # A body view is read through to its dict once, instead of resolving its path per key.
-    value: Any = src._resolve() if isinstance(src, MappingView) else src
-    for key in parse_field(field):
+    # (Plain dicts and tuples first: checks against the ABCs cost a Python-level call each.)
+    value: Any = src._resolve() if _is_view(src) else src
+    for key in field if type(field) is tuple else parse_field(field):
         if type(value) is not dict and not isinstance(value, Mapping):
             if default is _ABSENT:
                 raise TypeError(f"Cannot look up {key!r} in a non-mapping: {value!r}")
@@ -144,7 +145,7 @@ def ensure_field(dst: MutableMapping[str, Any], field: FieldSpec, value: Any) ->
     target: MutableMapping[str, Any] = dst
     for key in path[:-1]:
         child = target.get(key)
-        if not isinstance(child, MutableMapping):
+        if child is None or not isinstance(child, (dict, MutableMapping)):
             child = {}
             target[key] = child
         target = child
@@ -166,10 +167,10 @@ def remove_field(dst: MutableMapping[str, Any], field: FieldSpec) -> None:
     if head not in dst:
         return
     child = dst[head]
-    if not isinstance(child, MutableMapping):
+    if not isinstance(child, (dict, MutableMapping)):
         raise TypeError(f"Cannot remove {rest!r} from a non-mapping: {child!r}")
     remove_field(child, rest)
-    if isinstance(child, Mapping) and not child:
+    if not child:
         del dst[head]
 
 
@@ -208,11 +209,11 @@ def annotations_size_after(
     """The size of the object's annotations (as the API server counts it) after the merge-patch
     and then ``changes`` (``None`` removes a key) are applied."""
     metadata = body.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    result: dict[str, Any] = dict(annotations) if isinstance(annotations, Mapping) else {}
+    annotations = metadata.get("annotations") if _is_mapping(metadata) else None
+    result: dict[str, Any] = dict(annotations) if _is_mapping(annotations) else {}
     patch_meta = patch.get("metadata")
-    pending = patch_meta.get("annotations") if isinstance(patch_meta, Mapping) else None
-    for source in (pending if isinstance(pending, Mapping) else {}, changes):
+    pending = patch_meta.get("annotations") if _is_mapping(patch_meta) else None
+    for source in (pending if _is_mapping(pending) else {}, changes):
         for key, value in source.items():
             if value is None:
                 result.pop(key, None)
@@ -223,6 +224,23 @@ def annotations_size_after(
         for key, value in result.items()
         if isinstance(value, str)
     )
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    # Dicts (and subclasses, e.g. patches) and None without the ABC's Python-level check.
+    return value is not None and isinstance(value, (dict, Mapping))
+
+
+_VIEW_TYPES: dict[type, bool] = {}
+
+
+def _is_view(value: Any) -> TypeGuard[MappingView]:
+    """Whether it is a body view, remembered per type (not checked against the ABC each time)."""
+    cls = type(value)
+    known = _VIEW_TYPES.get(cls)
+    if known is None:
+        known = _VIEW_TYPES[cls] = issubclass(cls, MappingView)
+    return known
 
 
 _IMMUTABLE_SCALARS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
@@ -236,12 +254,16 @@ def copy_json(value: Any) -> Any:
     ``copy.deepcopy``. Shared sub-objects become separate copies, which is what JSON decoded
     from the wire never has anyway.
     """
+    # Scalars inside containers are taken as they are, without a call each (most leaves are).
+    scalars = _IMMUTABLE_SCALARS
     cls = type(value)
     if cls is dict:
-        return {key: copy_json(item) for key, item in value.items()}
+        return {
+            key: item if type(item) in scalars else copy_json(item) for key, item in value.items()
+        }
     if cls is list:
-        return [copy_json(item) for item in value]
-    if cls in _IMMUTABLE_SCALARS:
+        return [item if type(item) in scalars else copy_json(item) for item in value]
+    if cls in scalars:
         return value
     return copy.deepcopy(value)
 
@@ -316,7 +338,10 @@ def make_keys(
     prefix: str | None, key: str, *, v1: bool = True, body: Mapping[str, Any] | None = None
 ) -> list[str]:
     """All annotation keys of one record: V2 first, then V1 if enabled and different."""
-    return list(_make_keys(prefix, mark_key(key, body=body), v1))
+    # Asked several times per object and cycle: only ReplicaSets need the ownership looked at.
+    if body is not None and body.get("kind") == "ReplicaSet":
+        key = mark_key(key, body=body)
+    return list(_make_keys(prefix, key, v1))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -394,7 +419,10 @@ class StorageKeyFormingConvention:
         self.v1 = v1
 
     def make_keys(self, key: str, *, body: Body | Mapping[str, Any] | None = None) -> list[str]:
-        return make_keys(self.prefix, key, v1=self.v1, body=body)
+        # As make_keys(), without the extra call: this is asked several times per cycle.
+        if body is not None and body.get("kind") == "ReplicaSet":
+            key = mark_key(key, body=body)
+        return list(_make_keys(self.prefix, key, self.v1))
 
     def make_v1_key(self, key: str) -> str:
         return make_v1_key(self.prefix, key)
@@ -422,8 +450,8 @@ class StorageStanzaCleaner:
     def remove_annotations(essence: MutableMapping[str, Any], keys: Collection[str]) -> None:
         """Remove the given annotation keys (in place)."""
         metadata = essence.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        if not isinstance(annotations, MutableMapping):
+        annotations = metadata.get("annotations") if _is_mapping(metadata) else None
+        if annotations is None or not isinstance(annotations, (dict, MutableMapping)):
             return
         for key in [key for key in annotations if key in keys]:
             del annotations[key]
@@ -435,7 +463,7 @@ class StorageStanzaCleaner:
         Only these: an empty ``spec`` (or any other user field) is real content and stays.
         """
         metadata = essence.get("metadata")
-        if isinstance(metadata, MutableMapping):
+        if metadata is not None and isinstance(metadata, (dict, MutableMapping)):
             for stanza in ("annotations", "labels"):
                 if stanza in metadata and not metadata[stanza]:
                     del metadata[stanza]

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeAlias
 
-from trioperator._engine.bodies import Body
+from trioperator._engine.bodies import Body, MappingView
 from trioperator._engine.conventions import (
     ANNOTATIONS_LIMIT,
     DEFAULT_PREFIX,
@@ -60,7 +60,7 @@ __all__ = [
 BodyEssence: TypeAlias = dict[str, Any]
 """An object reduced to what counts for change detection (JSON-compatible, nested dicts)."""
 
-_IMPLICIT_METADATA = ("metadata.labels", "metadata.annotations")
+_IMPLICIT_METADATA = (("metadata", "labels"), ("metadata", "annotations"))
 _DROPPED_TOP_LEVEL = ("apiVersion", "kind", "metadata", "status")
 
 
@@ -121,8 +121,10 @@ class DiffBaseStorage(StorageKeyMarkingConvention, StorageStanzaCleaner, abc.ABC
         """The essence of the object: only the fields whose changes matter (see the module)."""
         # Only what stays is copied (status and metadata can be the bulk of a body); the key
         # order is the body's, as if everything were copied and the dropped keys popped.
+        # (Through to the dict at once: a view would resolve itself again for every key.)
+        source = body._resolve() if isinstance(body, MappingView) else body
         essence: BodyEssence = {
-            key: copy_json(value) for key, value in body.items() if key not in _DROPPED_TOP_LEVEL
+            key: copy_json(value) for key, value in source.items() if key not in _DROPPED_TOP_LEVEL
         }
 
         cherrypick_fields(body, essence, _IMPLICIT_METADATA)
@@ -284,3 +286,15 @@ class MultiDiffBaseStorage(DiffBaseStorage):
     def store(self, *, body: Body, patch: Patch, essence: BodyEssence) -> None:
         for storage in self.storages:
             storage.store(body=body, patch=patch, essence=essence)
+
+
+_OWNING_STORAGES = frozenset({AnnotationsDiffBaseStorage, StatusDiffBaseStorage})
+
+
+def gives_own_essences(storage: DiffBaseStorage) -> bool:
+    """Whether ``build()`` and ``fetch()`` return essences nobody else holds (new dicts).
+
+    This module's storages do (built anew, or decoded from their JSON): callers may change
+    those in place instead of copying them. Other storages (users' own) might keep theirs.
+    """
+    return type(storage) in _OWNING_STORAGES

@@ -37,6 +37,8 @@ __all__ = [
 
 def _metadata(body: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = body.get("metadata")
+    if isinstance(metadata, dict):  # what JSON decodes to: no check against the ABC
+        return metadata
     return metadata if isinstance(metadata, Mapping) else {}
 
 

@@ -94,7 +94,7 @@ class Patch(dict[str, Any]):
         return _SubPatch(self, "status")
 
     def __bool__(self) -> bool:
-        return bool(dict(self)) or bool(self.fns)
+        return dict.__len__(self) != 0 or bool(self.fns)
 
     def __repr__(self) -> str:
         extra = f", fns={len(self.fns)}" if self.fns else ""

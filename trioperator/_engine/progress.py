@@ -24,7 +24,7 @@ import abc
 import json
 import logging
 from collections.abc import Collection, Mapping
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeGuard, cast
 
 from trioperator._engine.bodies import Body
 from trioperator._engine.conventions import (
@@ -108,7 +108,8 @@ class ProgressStorage(StorageStanzaCleaner, abc.ABC):
 
     def clear(self, *, essence: BodyEssence) -> BodyEssence:
         """A copy of the essence without this storage's own fields (so they are not a change)."""
-        return cast(BodyEssence, copy_json(essence))
+        essence = copy_json(essence)
+        return essence
 
     def flush(self) -> None:
         pass
@@ -196,11 +197,17 @@ class AnnotationsProgressStorage(
     def _strip(self, essence: BodyEssence) -> None:
         """Remove this storage's own fields from an essence that is already a private copy."""
         metadata = essence.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        if isinstance(annotations, Mapping):
-            ours = {name for name in annotations if name.startswith(f"{self.prefix}/")}
+        annotations = metadata.get("annotations") if _is_mapping(metadata) else None
+        if _is_mapping(annotations):
+            head = f"{self.prefix}/"
+            ours = {name for name in annotations if name.startswith(head)}
             self.remove_annotations(essence, ours)
         self.remove_empty_stanzas(essence)
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    # Dicts without the ABC's Python-level instance check; other mappings as before.
+    return value is not None and isinstance(value, (dict, Mapping))
 
 
 def _format_field(field: FieldSpec, name: str) -> FieldPath:
@@ -315,10 +322,14 @@ class MultiProgressStorage(ProgressStorage):
         # One copy for all: this module's storages strip their fields from it in place (each
         # of their clear() would copy the essence again). Other storages, e.g. users' own
         # or with an overridden clear(), are asked through clear() as usual.
-        result = cast(BodyEssence, copy_json(essence))
+        copied: BodyEssence = copy_json(essence)
+        return self._clear_copy(copied)
+
+    def _clear_copy(self, result: BodyEssence) -> BodyEssence:
+        """Clear a private copy: stripped in place where the storages allow it."""
         for storage in self.storages:
             if type(storage).clear in _STRIPPING_CLEARS:
-                cast(_Stripping, storage)._strip(result)
+                storage._strip(result)  # type: ignore[attr-defined]  # one of _Stripping
             else:
                 result = storage.clear(essence=result)
         return result
@@ -330,6 +341,22 @@ class MultiProgressStorage(ProgressStorage):
 
 _Stripping = AnnotationsProgressStorage | StatusProgressStorage
 _STRIPPING_CLEARS = frozenset({AnnotationsProgressStorage.clear, StatusProgressStorage.clear})
+
+
+def clear_owned(storage: ProgressStorage, essence: BodyEssence) -> BodyEssence:
+    """``storage.clear(essence=essence)`` for an essence that nobody else holds.
+
+    An essence just built or decoded from its JSON is the caller's own: this module's storages
+    strip their fields from it in place instead of copying it first (the result is equal;
+    only the copy is saved). Any other storage's ``clear()`` is called as usual.
+    """
+    clear = type(storage).clear
+    if clear in _STRIPPING_CLEARS:
+        storage._strip(essence)  # type: ignore[attr-defined]  # one of _Stripping
+        return essence
+    if clear is MultiProgressStorage.clear:
+        return storage._clear_copy(essence)  # type: ignore[attr-defined, no-any-return]
+    return storage.clear(essence=essence)
 
 
 class _ReadOnlyStatusProgressStorage(StatusProgressStorage):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from trioperator._client.resources import DiscoveryScope, Resource
 from trioperator._engine.filters import FieldPath, KwargsSource, match, prematch
@@ -167,6 +167,9 @@ class OperatorRegistry:
     def __init__(self) -> None:
         self._handlers: dict[type[BaseHandler], list[BaseHandler]] = {c: [] for c in _CATEGORIES}
         self._cache: dict[tuple[type[BaseHandler], Resource | None], tuple[BaseHandler, ...]] = {}
+        # Per resource: the handlers the fields were collected from (a new tuple after any
+        # registration), and the fields.
+        self._extra_fields: dict[Resource, tuple[Sequence[BaseHandler], frozenset[FieldPath]]] = {}
 
     def __repr__(self) -> str:
         counts = ", ".join(
@@ -216,7 +219,8 @@ class OperatorRegistry:
                 )
             )
             self._cache[key] = cached
-        return cast(tuple[H, ...], cached)
+        # (No typing.cast: a function call on every lookup, and lookups are per event.)
+        return cached  # type: ignore[return-value]
 
     def has_handlers(self, kind: type[BaseHandler], resource: Resource | None = None) -> bool:
         return bool(self.get_handlers(kind, resource))
@@ -224,26 +228,28 @@ class OperatorRegistry:
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
         return [h for h in self.get_handlers(ActivityHandler) if h.activity == activity]
 
+    # These are asked for every event: straight to the cached lookup.
     def has_watching_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(WatchingHandler, resource)
+        return bool(self.get_handlers(WatchingHandler, resource))
 
     def has_changing_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(ChangingHandler, resource)
+        return bool(self.get_handlers(ChangingHandler, resource))
 
     def has_spawning_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(SpawningHandler, resource)
+        return bool(self.get_handlers(SpawningHandler, resource))
 
     def has_indexing_handlers(self, resource: Resource) -> bool:
-        return self.has_handlers(IndexingHandler, resource)
+        return bool(self.get_handlers(IndexingHandler, resource))
 
     def get_extra_fields(self, resource: Resource) -> frozenset[FieldPath]:
         """Fields that changing handlers watch: the diff-base must keep them in the essence
         even where it normally ignores a stanza (e.g. ``field='status.phase'``)."""
-        return frozenset(
-            handler.field
-            for handler in self.get_handlers(ChangingHandler, resource)
-            if handler.field is not None
-        )
+        handlers = self.get_handlers(ChangingHandler, resource)
+        cached = self._extra_fields.get(resource)
+        if cached is None or cached[0] is not handlers:
+            fields = frozenset(handler.field for handler in handlers if handler.field is not None)
+            cached = self._extra_fields[resource] = (handlers, fields)
+        return cached[1]
 
     # ------------------------------------------------------------------------------- selectors
 

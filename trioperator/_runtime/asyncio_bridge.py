@@ -22,12 +22,11 @@ One loop is reused for every call; a call costs one asyncio task (see
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import outcome
 import sniffio
@@ -36,6 +35,11 @@ import trio
 from trioperator._engine.flavors import Flavor, choose_flavor, needs_asyncio
 from trioperator._engine.handlers import BaseHandler
 from trioperator._engine.settings import ExecutionSettings
+
+if TYPE_CHECKING:
+    # Not imported at run time until asyncio is in use: an operator of trio handlers never
+    # imports asyncio (~30 modules, ~1.5 MiB). Where an asyncio loop exists, it is imported.
+    import asyncio
 
 __all__ = [
     "AsyncioBridge",
@@ -91,6 +95,8 @@ class AsyncioBridge:
         ``trioperator.execute()`` needs). Cancelling the awaiting asyncio task cancels it, and
         waits until it has ended.
         """
+        import asyncio  # imported already: there is a loop
+
         loop = self.loop
         future: asyncio.Future[Any] = loop.create_future()
         finished: asyncio.Future[None] = loop.create_future()
@@ -151,6 +157,8 @@ async def _await_hosted_task(task: asyncio.Task[Any], token: trio.lowlevel.TrioT
     Like trio-asyncio's own waiting, but woken through the trio token: the task's completion
     callback runs in the host loop, where trio's scheduler cannot be touched directly.
     """
+    import asyncio  # imported already: there is a loop
+
     trio_task = trio.lowlevel.current_task()
     raise_cancel: Callable[[], Any] | None = None
 

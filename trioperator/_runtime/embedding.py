@@ -24,11 +24,10 @@ operator is awaited in.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import outcome
 import trio
@@ -40,14 +39,17 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.asyncio_bridge import HostLoop, in_asyncio, use_host_loop
 from trioperator._runtime.operator import Operator
 
+if TYPE_CHECKING:
+    # Not at run time: a trio program (the CLI's ``run`` included) never imports asyncio for
+    # its flags; an asyncio flag can only exist where asyncio is imported already.
+    import asyncio
+    import concurrent.futures
+
 __all__ = ["FLAG_POLLING", "Flag", "OperatorTask", "operator", "run", "run_tasks", "spawn_tasks"]
 
 Flag: TypeAlias = (
-    trio.Event
-    | asyncio.Event
-    | asyncio.Future[Any]
-    | threading.Event
-    | concurrent.futures.Future[Any]
+    "trio.Event | asyncio.Event | asyncio.Future[Any] | threading.Event"
+    " | concurrent.futures.Future[Any]"
 )
 """What ``ready_flag=``/``stop_flag=`` may be (Kopf's flags, and trio's event)."""
 
@@ -259,21 +261,39 @@ async def _stop_when_raised(op: Operator, flag: Flag) -> None:
     await trio.sleep_forever()
 
 
+def _is_instance(flag: object, module: str, name: str) -> bool:
+    """``isinstance(flag, module.name)`` without importing ``module``: no object of its classes
+    can exist before it is imported."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(flag, getattr(loaded, name))
+
+
+def _is_event(flag: Flag) -> bool:
+    return isinstance(flag, (trio.Event, threading.Event)) or _is_instance(flag, "asyncio", "Event")
+
+
+def _is_future(flag: Flag) -> bool:
+    return _is_instance(flag, "asyncio", "Future") or _is_instance(
+        flag, "concurrent.futures", "Future"
+    )
+
+
 def _raise_flag(flag: Flag) -> None:
-    if isinstance(flag, (trio.Event, asyncio.Event, threading.Event)):
-        flag.set()
-    elif isinstance(flag, (asyncio.Future, concurrent.futures.Future)):
-        if not flag.done():
-            flag.set_result(None)
+    if _is_event(flag):
+        cast("trio.Event", flag).set()
+    elif _is_future(flag):
+        future = cast("concurrent.futures.Future[Any]", flag)
+        if not future.done():
+            future.set_result(None)
     else:
         raise TypeError(f"Unsupported type of a flag: {flag!r}")
 
 
 def _is_raised(flag: Flag) -> bool:
-    if isinstance(flag, (trio.Event, asyncio.Event, threading.Event)):
-        return flag.is_set()
-    if isinstance(flag, (asyncio.Future, concurrent.futures.Future)):
-        return flag.done()
+    if _is_event(flag):
+        return cast("trio.Event", flag).is_set()
+    if _is_future(flag):
+        return cast("concurrent.futures.Future[Any]", flag).done()
     raise TypeError(f"Unsupported type of a flag: {flag!r}")
 
 
@@ -315,6 +335,8 @@ async def _run_from_asyncio(
     to stop gracefully; a second one cancels them all at once. Either way this waits for the
     trio side to end, then re-raises ``asyncio.CancelledError``.
     """
+    import asyncio  # imported already: an asyncio task awaits this
+
     loop = asyncio.get_running_loop()
     on_trio_asyncio = _trio_is_running()
     token: list[trio.lowlevel.TrioToken] = []

@@ -12,21 +12,29 @@ workers cannot take anything until it opens, which needs the listings to go on.
 
 Counters of what is queued (for tests, probes and benchmarks) are kept per watcher and for the
 whole operator (:class:`QueueStats`).
+
+A worker with nothing left to wait for but new events *parks* instead of waiting in its task
+(:class:`IdleWorkers`): the task ends, the mailbox stays where the router finds it, and the next
+event starts a task on it again, as if the worker had been woken up. Waiting out
+``settings.queueing.idle_timeout`` in a task costs ~9 KiB per object (coroutine frames, a cancel
+scope, events): after a listing of many objects, that is one waiting task per object at once,
+and CPython never gives back the heap grown for such a peak while anything else lives in it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections import deque
-from collections.abc import Iterator
+import heapq
+import itertools
+import math
+from collections.abc import Callable
 
 import trio
 
 from trioperator._engine.bodies import RawEvent
 from trioperator._util.ordering import next_ticket
 
-__all__ = ["Backlog", "Mailbox", "QueueStats"]
+__all__ = ["Backlog", "IdleWorkers", "Mailbox", "QueueStats"]
 
 VERSIONS_KEPT = 32
 """How many recent resource versions a mailbox remembers, coalesced events' included.
@@ -92,15 +100,10 @@ class Backlog:
         """Set when the router begins to wait for room (a new one for every wait)."""
         return self._stalling
 
-    @contextlib.contextmanager
-    def waking_on_stall(self, mailbox: Mailbox) -> Iterator[None]:
+    def waking_on_stall(self, mailbox: Mailbox) -> _StallWaking:
         """While inside, a stall (the router beginning to wait for room) wakes ``mailbox``'s
         waiting worker up, as :attr:`stalling` would, without a task to wait for that event."""
-        self._stall_watchers.add(mailbox)
-        try:
-            yield
-        finally:
-            self._stall_watchers.discard(mailbox)
+        return _StallWaking(self._stall_watchers, mailbox)
 
     def stalled_time(self) -> float:
         """The total time the router has waited for room so far, the ongoing wait included."""
@@ -146,6 +149,23 @@ class Backlog:
             self._stalled_since = None
 
 
+class _StallWaking:
+    """The context of :meth:`Backlog.waking_on_stall` (entered once or twice per handled
+    object: a plain class, not a generator-based context manager)."""
+
+    __slots__ = ("_mailbox", "_watchers")
+
+    def __init__(self, watchers: set[Mailbox], mailbox: Mailbox) -> None:
+        self._watchers = watchers
+        self._mailbox = mailbox
+
+    def __enter__(self) -> None:
+        self._watchers.add(self._mailbox)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._watchers.discard(self._mailbox)
+
+
 class Mailbox:
     """The events of one object on their way from the router to the object's worker.
 
@@ -164,25 +184,39 @@ class Mailbox:
         "_queued_ticket",
         "_versions",
         "_woken",
+        "parked_until",
+        "revive",
         "ticket",
     )
 
     def __init__(self, backlog: Backlog, *, keep_all: bool) -> None:
         self._backlog = backlog
         self._keep_all = keep_all
-        self._events: deque[RawEvent] = deque()
-        self._versions: deque[str] = deque(maxlen=VERSIONS_KEPT)
+        # Lists, not deques: a mailbox lives as long as its object has recent work, and an
+        # empty list costs a tenth of an empty deque (which keeps a 64-slot block).
+        self._events: list[RawEvent] = []
+        self._versions: list[str] = []  # the newest VERSIONS_KEPT, oldest first
         self._closed = False
         self._discarded = False
         self._woken = False
         self._awaited: str | None = None
-        self._arrived = trio.Event()
+        self._arrived: trio.Event | None = None  # while the worker waits in wait()
         # When the queued work arrived (see _util/ordering.py): a ticket is taken as an event
         # lands in an empty mailbox and kept while newer events join or replace it.
         self._queued_ticket = 0
         self.ticket: int | None = None
         """The ticket of the oldest work the worker has taken (before that: of the first
         event), by which its waits are ordered."""
+        self.parked_until: float | None = None
+        """While its worker is parked (see :class:`IdleWorkers`): when its idleness ends."""
+        self.revive: Callable[[], None] | None = None
+        """While its worker is parked: starts a task for it again (the router calls it before
+        it puts the next event in)."""
+
+    @property
+    def parked(self) -> bool:
+        """No task serves this mailbox now, but the next event starts one (see IdleWorkers)."""
+        return self.revive is not None
 
     def __len__(self) -> int:
         return len(self._events)
@@ -208,7 +242,10 @@ class Mailbox:
         metadata = event["object"].get("metadata")
         version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if isinstance(version, str):
-            self._versions.append(version)
+            versions = self._versions
+            versions.append(version)
+            if len(versions) > VERSIONS_KEPT:
+                del versions[0]
         if not self._events:
             self._queued_ticket = next_ticket()
             if self.ticket is None:
@@ -221,9 +258,9 @@ class Mailbox:
             self._backlog.add()
         awaited = self._awaited
         if awaited is None or version == awaited or not isinstance(version, str):
-            self._arrived.set()
+            self._notify()
         elif event["type"] not in ("MODIFIED", "ADDED"):
-            self._arrived.set()  # a deletion, a listing: the worker sees it at once
+            self._notify()  # a deletion, a listing: the worker sees it at once
 
     def await_version(self, version: str | None) -> None:
         """Wake the waiting worker only for this version (or a deletion, or a listing).
@@ -256,16 +293,21 @@ class Mailbox:
         """
         try:
             while not self._events and not self._closed and not self._woken:
-                self._arrived = trio.Event()
-                await self._arrived.wait()
+                arrived = self._arrived = trio.Event()
+                await arrived.wait()
         finally:
             self._woken = False
+            self._arrived = None
         return self.drain(into)
 
     def wake(self) -> None:
         """End the worker's current :meth:`wait` (if any) even without an event."""
         self._woken = True
-        self._arrived.set()
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._arrived is not None:
+            self._arrived.set()
 
     def has_seen(self, version: str) -> bool:
         """Whether an event of this resource version has come (recently; see VERSIONS_KEPT)."""
@@ -274,12 +316,83 @@ class Mailbox:
     def close(self) -> None:
         """No more events will come; the worker still takes what is queued."""
         self._closed = True
-        self._arrived.set()
+        self._notify()
 
     def discard(self) -> None:
         """The worker is gone, or must go: drop what is queued (no longer counted as held)."""
         self._closed = True
         self._discarded = True
-        self._arrived.set()
+        self.revive = None  # a parked worker never comes back
+        self.parked_until = None
+        self._notify()
         self._backlog.remove(len(self._events))
         self._events.clear()
+
+
+class IdleWorkers:
+    """The parked workers of one watcher, each until its ``idle_timeout`` has passed.
+
+    A parked worker has no task: its mailbox stays in the watcher's streams with
+    :attr:`Mailbox.revive` set, and the router revives it for the next event (the same mailbox,
+    the same memory), exactly where a waiting worker would have woken up. :meth:`run` retires
+    each parked mailbox when its time is up, as the waiting worker would have exited then.
+    """
+
+    __slots__ = ("_changed", "_heap", "_serial")
+
+    def __init__(self) -> None:
+        # (when its idleness ends, serial, the mailbox, its retirement): revived mailboxes
+        # stay in the heap until then, recognised by a different (or no) ``parked_until``.
+        self._heap: list[tuple[float, int, Mailbox, Callable[[], bool]]] = []
+        self._serial = itertools.count()
+        self._changed = trio.Event()
+
+    def __len__(self) -> int:
+        return sum(1 for deadline, _, mailbox, _ in self._heap if mailbox.parked_until == deadline)
+
+    def park(
+        self,
+        mailbox: Mailbox,
+        until: float,
+        revive: Callable[[], None],
+        retire: Callable[[], bool],
+    ) -> None:
+        """The worker of ``mailbox`` ends its task; ``revive`` starts it again, ``retire`` (at
+        ``until``, unless revived before) ends it for good."""
+        mailbox.parked_until = until
+        mailbox.revive = revive
+        if not self._heap or until < self._heap[0][0]:
+            self._changed.set()  # the retirer sleeps until a later time: wake it up
+        heapq.heappush(self._heap, (until, next(self._serial), mailbox, retire))
+
+    @staticmethod
+    def unpark(mailbox: Mailbox) -> None:
+        """Start the parked worker of ``mailbox`` again (a new event is coming)."""
+        revive = mailbox.revive
+        mailbox.revive = None
+        mailbox.parked_until = None
+        if revive is not None:
+            revive()
+
+    def retire_due(self, now: float) -> int:
+        """Retire the parked mailboxes whose idleness has ended by ``now``; how many."""
+        retired = 0
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            deadline, _, mailbox, retire = heapq.heappop(heap)
+            if mailbox.parked_until != deadline:
+                continue  # revived (and maybe parked again, with a later entry) or discarded
+            mailbox.parked_until = None
+            mailbox.revive = None
+            retire()
+            retired += 1
+        return retired
+
+    async def run(self) -> None:
+        """Retire parked mailboxes as their time comes; runs until cancelled."""
+        while True:
+            self._changed = trio.Event()
+            until = self._heap[0][0] if self._heap else math.inf
+            with trio.move_on_at(until):
+                await self._changed.wait()
+            self.retire_due(trio.current_time())

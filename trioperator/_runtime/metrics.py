@@ -18,26 +18,25 @@ Two kinds of numbers, chosen by how often they change:
 
 Watchers come and go with namespaces and CRDs; their counters are carried over into per-resource
 totals when they end, so the counters of a resource never go backwards.
+
+prometheus_client is imported only when the metrics are read (:meth:`OperatorMetrics.render`,
+the endpoint, :attr:`OperatorMetrics.registry`): it brings ~60 modules (an HTTP server, email,
+urllib.request, ...) that an operator whose metrics nobody scrapes would carry all its life.
+Until then, and after, the counters and histograms are this module's own (:class:`_Counter`,
+:class:`_Histogram`), exported with the very samples prometheus_client's would have.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sized
+import math
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence, Sized
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import trio
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    ProcessCollector,
-    generate_latest,
-)
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
 
 from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth, WatchItem
@@ -47,6 +46,11 @@ from trioperator._engine.progression import HandlerOutcome
 from trioperator._runtime.gates import OperatorPause
 from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Request, Response, serve_http
+
+if TYPE_CHECKING:
+    # At run time, imported when the metrics are first read (see the module's docstring).
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import GaugeMetricFamily, Metric
 
 __all__ = [
     "API_BUCKETS",
@@ -153,61 +157,58 @@ class OperatorMetrics:
     """The metrics of one operator; read them with :meth:`render` or the metrics endpoint."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self._registry: CollectorRegistry | None = None
         self.context: OperatorState | None = None
         """The running operator's shared state (its pause), once it runs."""
         self._watchers: dict[int, WatcherState] = {}
         self._watch_counts: dict[Resource, WatchCounts] = {}
 
-        registry = self.registry
-        self._handler_runs = Counter(
+        self._handler_runs = _Counter(
             "trioperator_handler_runs",
             "Handler runs by handler id, resource and outcome (success/failure/retry/timeout).",
-            ["handler", "resource", "outcome"],
-            registry=registry,
+            ("handler", "resource", "outcome"),
         )
-        self._handler_errors = Counter(
+        self._handler_errors = _Counter(
             "trioperator_handler_errors",
             "Handler runs that raised an error (ignored, temporary or permanent).",
-            ["handler", "resource"],
-            registry=registry,
+            ("handler", "resource"),
         )
-        self._handler_retries = Counter(
+        self._handler_retries = _Counter(
             "trioperator_handler_retries",
             "Handler runs that were retries of an earlier failed or unfinished run.",
-            ["handler", "resource"],
-            registry=registry,
+            ("handler", "resource"),
         )
-        self._handler_durations = Histogram(
+        self._handler_durations = _Histogram(
             "trioperator_handler_duration_seconds",
             "How long handler runs took (daemons: their whole run).",
-            ["handler"],
-            buckets=HANDLER_BUCKETS,
-            registry=registry,
+            ("handler",),
+            HANDLER_BUCKETS,
         )
-        self._api_requests = Counter(
+        self._api_requests = _Counter(
             "trioperator_api_requests",
             "Requests to the Kubernetes API by verb and HTTP status code (error: no response).",
-            ["verb", "code"],
-            registry=registry,
+            ("verb", "code"),
         )
-        self._api_durations = Histogram(
+        self._api_durations = _Histogram(
             "trioperator_api_request_duration_seconds",
             "Latency of requests to the Kubernetes API (watches: until the stream is open).",
-            ["verb"],
-            buckets=API_BUCKETS,
-            registry=registry,
+            ("verb",),
+            API_BUCKETS,
         )
-        self._reviews = Counter(
+        self._reviews = _Counter(
             "trioperator_admission_reviews",
             "Admission reviews answered, by webhook (handler id) and result (allowed/denied).",
-            ["webhook", "result"],
-            registry=registry,
+            ("webhook", "result"),
         )
-        registry.register(_StateCollector(self))
-        # The process's CPU, memory and file descriptors (from /proc, read when scraped): what
-        # a deployment's resources are sized by. Nothing on systems without /proc.
-        ProcessCollector(registry=registry)
+        self._families: tuple[_Counter | _Histogram, ...] = (
+            self._handler_runs,
+            self._handler_errors,
+            self._handler_retries,
+            self._handler_durations,
+            self._api_requests,
+            self._api_durations,
+            self._reviews,
+        )
 
         # Label children by their label values: looked up once, then reused.
         self._run_children: dict[tuple[str, Resource | None, str], Any] = {}
@@ -216,6 +217,21 @@ class OperatorMetrics:
         self._duration_children: dict[str, Any] = {}
         self._request_children: dict[tuple[str, int | None], tuple[Any, Any]] = {}
         self._review_children: dict[tuple[str, bool], Any] = {}
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """This operator's own registry of prometheus_client (made when first asked for)."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry, ProcessCollector
+
+            registry = CollectorRegistry()
+            registry.register(_FamiliesCollector(self._families))
+            registry.register(_StateCollector(self))
+            # The process's CPU, memory and file descriptors (from /proc, read when scraped):
+            # what a deployment's resources are sized by. Nothing on systems without /proc.
+            ProcessCollector(registry=registry)
+            self._registry = registry
+        return self._registry
 
     def render(self) -> bytes:
         """The metrics in Prometheus' text exposition format."""
@@ -281,7 +297,7 @@ class OperatorMetrics:
     @staticmethod
     def _count(
         children: dict[tuple[str, Resource | None], Any],
-        counter: Counter,
+        counter: _Counter,
         handler_id: str,
         resource: Resource | None,
     ) -> None:
@@ -311,6 +327,8 @@ class OperatorMetrics:
 
     def collect_state(self) -> Iterable[Metric]:
         """The metrics read from the running operator's state (when the metrics are scraped)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         labels = ["resource"]
         watchers = GaugeMetricFamily(
             "trioperator_watchers", "Watchers running (one per served namespace).", labels=labels
@@ -319,7 +337,9 @@ class OperatorMetrics:
             "trioperator_objects", "Objects of the resource held in memory.", labels=labels
         )
         workers = GaugeMetricFamily(
-            "trioperator_workers", "Worker tasks alive (one per object with work).", labels=labels
+            "trioperator_workers",
+            "Per-object workers alive (one per object with recent work).",
+            labels=labels,
         )
         busy = GaugeMetricFamily(
             "trioperator_workers_busy",
@@ -415,7 +435,127 @@ def _queued(ctx: WatcherState) -> int:
 
 def render(registry: CollectorRegistry) -> bytes:
     """The metrics of ``registry`` in Prometheus' text exposition format."""
+    from prometheus_client import generate_latest
+
     return generate_latest(registry)
+
+
+# ------------------------------------------------------------------- counters and histograms
+
+
+class _Counter:
+    """A labelled counter: what ``prometheus_client.Counter`` counts, without importing it."""
+
+    __slots__ = ("_children", "documentation", "labelnames", "name")
+    kind: Final = "counter"
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], _CounterChild] = {}
+
+    def labels(self, *values: str) -> _CounterChild:
+        key = tuple(str(value) for value in values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = _CounterChild()
+        return child
+
+    def samples(self, created: bool) -> Iterable[tuple[str, dict[str, str], float]]:
+        for values, child in list(self._children.items()):
+            labels = dict(zip(self.labelnames, values, strict=True))
+            yield f"{self.name}_total", labels, child.value
+            if created:
+                yield f"{self.name}_created", labels, child.created
+
+
+class _CounterChild:
+    __slots__ = ("created", "value")
+
+    def __init__(self) -> None:
+        self.value = 0.0
+        self.created = time.time()  # as prometheus_client's: when the labels were first used
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class _Histogram:
+    """A labelled histogram, as ``prometheus_client.Histogram`` without importing it."""
+
+    __slots__ = ("_children", "bounds", "documentation", "labelnames", "name")
+    kind: Final = "histogram"
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = (*(float(bound) for bound in buckets), math.inf)
+        self._children: dict[tuple[str, ...], _HistogramChild] = {}
+
+    def labels(self, *values: str) -> _HistogramChild:
+        key = tuple(str(value) for value in values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = _HistogramChild(self.bounds)
+        return child
+
+    def samples(self, created: bool) -> Iterable[tuple[str, dict[str, str], float]]:
+        from prometheus_client.utils import floatToGoString
+
+        les = [str(floatToGoString(bound)) for bound in self.bounds]  # type: ignore[no-untyped-call]
+        for values, child in list(self._children.items()):
+            labels = dict(zip(self.labelnames, values, strict=True))
+            total = 0.0
+            for le, count in zip(les, child.counts, strict=True):
+                total += count
+                yield f"{self.name}_bucket", {**labels, "le": le}, total
+            yield f"{self.name}_count", labels, total
+            yield f"{self.name}_sum", labels, child.sum
+            if created:
+                yield f"{self.name}_created", labels, child.created
+
+
+class _HistogramChild:
+    __slots__ = ("bounds", "counts", "created", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0.0] * len(bounds)  # per bucket, not cumulative (as prometheus_client)
+        self.sum = 0.0
+        self.created = time.time()
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        for index, bound in enumerate(self.bounds):
+            if amount <= bound:
+                self.counts[index] += 1.0
+                break
+
+
+class _FamiliesCollector:
+    """Exports the counters and histograms to prometheus_client when the metrics are read."""
+
+    def __init__(self, families: Sequence[_Counter | _Histogram]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        from prometheus_client import metrics as prometheus_metrics
+        from prometheus_client.core import Metric
+
+        # prometheus_client's own switch (PROMETHEUS_DISABLE_CREATED_SERIES, or
+        # disable_created_metrics()): the _created series are left out as it would.
+        created = bool(getattr(prometheus_metrics, "_use_created", True))
+        collected = []
+        for family in self._families:
+            metric = Metric(family.name, family.documentation, family.kind)
+            for name, labels, value in family.samples(created):
+                metric.add_sample(name, labels, value)
+            collected.append(metric)
+        return collected
 
 
 # ----------------------------------------------------------------------------------- serving
@@ -453,6 +593,8 @@ def metrics_response(metrics: OperatorMetrics, request: Request) -> Response:
         return Response(
             405, b"Method not allowed\n", headers={"allow": "GET"}, content_type="text/plain"
         )
+    from prometheus_client.exposition import choose_encoder
+
     # As prometheus_client's own servers do: OpenMetrics or a newer text format if asked for.
     encode, content_type = choose_encoder(request.headers.get("accept", ""))
     body = b"" if request.method == "HEAD" else encode(metrics.registry)
@@ -463,6 +605,8 @@ def _shard_families(shard: ShardState | None) -> list[GaugeMetricFamily]:
     """The ring as this replica sees it (only when sharded: docs/sharding.md)."""
     if shard is None:
         return []
+    from prometheus_client.core import GaugeMetricFamily
+
     members = GaugeMetricFamily(
         "trioperator_shard_members", "The members of the ring with live Leases, as seen here."
     )

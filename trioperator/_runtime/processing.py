@@ -19,6 +19,7 @@ from trioperator._engine.causes import (
     cause_initial,
     detect_changing_cause,
 )
+from trioperator._engine.diffbase import gives_own_essences
 from trioperator._engine.diffs import Diff
 from trioperator._engine.diffs import diff as make_diff
 from trioperator._engine.errors import ErrorsMode
@@ -31,6 +32,7 @@ from trioperator._engine.finalizers import (
 )
 from trioperator._engine.handlers import ChangingHandler
 from trioperator._engine.patches import Patch
+from trioperator._engine.progress import clear_owned
 from trioperator._engine.progression import HandlerState, State, deliver_results, format_iso8601
 from trioperator._engine.reasons import TITLES, Reason
 from trioperator._runtime.applying import apply_patch
@@ -107,7 +109,9 @@ def _start_patch(memory: ObjectMemory, carried: Patch | None) -> Patch:
     A copy: if the cycle fails, the originals are still there for the retry.
     """
     carried = carried if carried is not None else Patch()
-    return Patch(copy.deepcopy(dict(carried)), fns=[*memory.pending_fns, *carried.fns])
+    contents = dict(carried)
+    fns = [*memory.pending_fns, *carried.fns]
+    return Patch(copy.deepcopy(contents) if contents else None, fns=fns)
 
 
 async def apply_carried(
@@ -217,15 +221,18 @@ async def _process_changing_cause(
     persistence = ctx.settings.persistence
     progress = persistence.progress_storage
     diffbase = persistence.diffbase_storage
-    execution = Execution.for_operator(ctx.operator, progress=True)
-    now = execution.now()
-
     old = diffbase.fetch(body=body)
-    new = diffbase.build(
-        body=body, extra_fields=[".".join(f) for f in registry.get_extra_fields(resource)]
-    )
-    old = progress.clear(essence=old) if old is not None else None
-    new = progress.clear(essence=new)
+    extra_fields = registry.get_extra_fields(resource)
+    if gives_own_essences(diffbase):
+        # Both essences are new dicts of ours: cleared in place, not copied once more.
+        new = diffbase.build(body=body, extra_fields=extra_fields)
+        old = clear_owned(progress, old) if old is not None else None
+        new = clear_owned(progress, new)
+    else:
+        # Users' storages get the fields as dotted strings, as they always have.
+        new = diffbase.build(body=body, extra_fields=[".".join(f) for f in extra_fields])
+        old = progress.clear(essence=old) if old is not None else None
+        new = progress.clear(essence=new)
     diff = make_diff(old, new)
     initial = memory.noticed_by_listing and not memory.fully_handled_once
     reason = detect_changing_cause(
@@ -275,6 +282,9 @@ async def _process_changing_cause(
     done = True
     delay: float | None = None
     if handlers:
+        # Only now: most cycles (e.g. the echo of our own patch) have no handler to run.
+        execution = Execution.for_operator(ctx.operator, progress=True)
+        now = execution.now()
         owned = registry.get_handlers(ChangingHandler, resource)
         state = State.from_storage(
             body=body,

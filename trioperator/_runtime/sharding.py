@@ -261,7 +261,10 @@ class Shard:
                     share.draining[key] = share.memories.get(key)
                 busy = False
                 mailbox = share.streams.get(key)
-                if mailbox is not None:
+                if mailbox is not None and mailbox.parked:
+                    mailbox.discard()  # a parked worker has no task to end: it is gone now
+                    del share.streams[key]
+                elif mailbox is not None:
                     mailbox.discard()  # its worker ends after the cycle in progress
                     busy = True
                 memory = share.draining[key]

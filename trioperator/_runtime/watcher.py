@@ -11,7 +11,8 @@ Task tree::
             │                        closed while the operator is paused (peering), with the
             │                        daemons stopped; listed again on resuming
             ├── the router (this task)  indexes each event, then routes it by uid to its worker
-            └── run_worker (per object)    one per object with queued work; idles out when quiet
+            ├── idle workers' retirer     retires parked workers when their idle_timeout ends
+            └── run_worker (per object)    one per object with queued work; parks when idle
 
 The router never queues more than the newest event per object (every event, if there are
 ``on.event`` handlers), and stops reading the stream while ``settings.queueing.max_pending``
@@ -31,7 +32,6 @@ listing is routed and indexed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
 
 import trio
@@ -44,7 +44,8 @@ from trioperator._runtime.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.daemon_spawning import new_keeper
 from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
-from trioperator._runtime.mailboxes import Mailbox
+from trioperator._runtime.mailboxes import IdleWorkers, Mailbox
+from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.metrics import WatchCounts
 from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.workers import run_worker
@@ -54,6 +55,10 @@ logger = logging.getLogger(__name__)
 STREAM_BUFFER = 1024
 """Events read ahead of routing, to absorb bursts; routing blocks only when the workers' queues
 are full (``settings.queueing.max_pending``), and then this buffer fills and the stream waits."""
+
+
+ROUTING_BATCH = 32
+"""Events routed in a row, when the stream has them ready, before the router checkpoints."""
 
 
 def object_key(body: dict[str, object]) -> str:
@@ -114,6 +119,8 @@ async def run_watcher(
                         streaming.start_soon(
                             _stop_when_asked, ctx, streaming.cancel_scope, name="watcher stopper"
                         )
+                        idle = IdleWorkers()
+                        streaming.start_soon(idle.run, name="idle workers' retirer")
                         started = _StartedOnce(task_status)
                         streaming.start_soon(
                             _stream_unless_paused,
@@ -125,7 +132,15 @@ async def run_watcher(
                         )
                         # The producer owns the send side; the router owns the receive side.
                         await _route(
-                            ctx, receive_events, streams, workers, started, gate, counts, share
+                            ctx,
+                            receive_events,
+                            streams,
+                            workers,
+                            started,
+                            gate,
+                            counts,
+                            share,
+                            idle,
                         )
 
                     # The stream has stopped. Let every worker finish what is queued, within
@@ -239,6 +254,7 @@ async def _route(
     gate: object | None,
     counts: WatchCounts | None = None,
     share: ShardShare | None = None,
+    idle: IdleWorkers | None = None,
 ) -> None:
     listing = True
     # Counted per event with one integer addition; the metrics read the totals when scraped.
@@ -247,7 +263,25 @@ async def _route(
     indexed = ctx.registry.has_indexing_handlers(ctx.resource)
     listed: set[str] = set()  # the objects of the current listing (initial, or after a 410)
     async with receive_events:
-        async for item in receive_events:
+        in_a_row = 0
+        while True:
+            # What the stream has read ahead is taken without a trip through the scheduler per
+            # event (a checkpoint each, then the next event); one checkpoint per batch keeps the
+            # router cancellable and fair. Before taking an event, so none is lost to a cancel.
+            if in_a_row >= ROUTING_BATCH:
+                in_a_row = 0
+                await trio.lowlevel.checkpoint()
+            try:
+                item = receive_events.receive_nowait()
+                in_a_row += 1
+            except trio.WouldBlock:
+                try:
+                    item = await receive_events.receive()
+                except trio.EndOfChannel:
+                    break
+                in_a_row = 0
+            except trio.EndOfChannel:
+                break
             if item is LISTED:
                 listing = False
                 _forget_unlisted(ctx, listed, streams)
@@ -296,40 +330,74 @@ async def _route(
                 keep_all = ctx.registry.has_watching_handlers(ctx.resource)
                 mailbox = Mailbox(ctx.backlog, keep_all=keep_all)
                 streams[key] = mailbox
-                workers.start_soon(
-                    run_worker,
-                    ctx,
-                    key,
-                    mailbox,
-                    memory,
-                    _retirement(streams, key, mailbox),
-                    _discarding(streams, key, mailbox),
-                    name=f"worker {ctx.resource} {key}",
-                )
+                _Worker(ctx, key, mailbox, memory, streams, workers, idle).start()
+            elif mailbox.revive is not None:
+                IdleWorkers.unpark(mailbox)  # its parked worker wakes up for this event
             mailbox.put(event)
 
 
-def _retirement(streams: dict[str, Mailbox], key: str, mailbox: Mailbox) -> Callable[[], bool]:
-    def retire() -> bool:
+class _Worker:
+    """How the router starts, parks, revives and retires the worker of one object."""
+
+    __slots__ = ("ctx", "idle", "key", "mailbox", "memory", "nursery", "streams")
+
+    def __init__(
+        self,
+        ctx: ResourceContext,
+        key: str,
+        mailbox: Mailbox,
+        memory: ObjectMemory,
+        streams: dict[str, Mailbox],
+        nursery: trio.Nursery,
+        idle: IdleWorkers | None,
+    ) -> None:
+        self.ctx = ctx
+        self.key = key
+        self.mailbox = mailbox
+        self.memory = memory
+        self.streams = streams
+        self.nursery = nursery
+        self.idle = idle
+
+    def start(self) -> None:
+        self.nursery.start_soon(
+            run_worker,
+            self.ctx,
+            self.key,
+            self.mailbox,
+            self.memory,
+            self.retire,
+            self.discard,
+            self.park if self.idle is not None else None,
+            name=f"worker {self.ctx.resource} {self.key}",
+        )
+
+    def retire(self) -> bool:
         # No checkpoint between the check and the removal: the router cannot interleave.
+        mailbox = self.mailbox
         if len(mailbox):
             return False
-        if streams.get(key) is mailbox:
-            del streams[key]
+        if self.streams.get(self.key) is mailbox:
+            del self.streams[self.key]
         mailbox.close()
         return True
 
-    return retire
-
-
-def _discarding(streams: dict[str, Mailbox], key: str, mailbox: Mailbox) -> Callable[[], None]:
-    def discard() -> None:
+    def discard(self) -> None:
         # Only our own mailbox: after a retirement, the key may already have a new worker.
-        if streams.get(key) is mailbox:
-            del streams[key]
-        mailbox.discard()
+        if self.streams.get(self.key) is self.mailbox:
+            del self.streams[self.key]
+        self.mailbox.discard()
 
-    return discard
+    def park(self) -> bool:
+        # As for a retirement: no checkpoint between the check and the parking.
+        mailbox = self.mailbox
+        if self.idle is None or len(mailbox) or mailbox.closed:
+            return False
+        if self.streams.get(self.key) is not mailbox:
+            return False
+        until = trio.current_time() + self.ctx.settings.queueing.idle_timeout
+        self.idle.park(mailbox, until, self.start, self.retire)
+        return True
 
 
 def _forget_unlisted(

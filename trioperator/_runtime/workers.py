@@ -6,7 +6,9 @@ low-level consumers (``on.event`` handlers) see every event exactly once, and ru
 handling only for the newest state (level-triggered). It waits for its own last patch to
 come back on the stream (consistency), sleeps for delayed handlers (interrupted by any new
 event), throttles itself after unexpected errors, and exits when idle; the watcher re-creates
-it on demand.
+it on demand. Idle with nothing but new events to wait for, it parks (see mailboxes.py): its
+task ends at once, and the router starts a new one on the same mailbox and memory for the next
+event within ``idle_timeout``.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ async def run_worker(
     memory: ObjectMemory,
     retire: Callable[[], bool],
     discard: Callable[[], None] = lambda: None,
+    park: Callable[[], bool] | None = None,
 ) -> None:
     """Serve one object until it is idle, gone, or its mailbox is closed (a stop).
 
@@ -82,7 +85,10 @@ async def run_worker(
     event arrived in the meantime (the worker then continues). ``discard()`` is called when the
     worker exits for any other reason, so that the watcher routes later events to a new worker
     instead of into a mailbox nobody reads. What is left in the mailbox then is dropped.
+    ``park()`` (if given) is called instead of waiting idle in the task; if it returns True,
+    the task ends and the mailbox stays, to be served by a new task (see mailboxes.py).
     """
+    parked = False
     try:
         # Before taking a slot: waiting for the indices must not hold back the objects
         # that are still to be indexed (it would not, anyway: see _runtime/indexing.py).
@@ -93,12 +99,13 @@ async def run_worker(
         slot = _Slot(ctx.worker_slots)
         try:
             await slot.acquire()
-            await _serve(ctx, key, mailbox, memory, retire, slot)
+            parked = await _serve(ctx, key, mailbox, memory, retire, slot, park)
         finally:
             slot.release()
     finally:
-        discard()
-        mailbox.discard()
+        if not parked:
+            discard()
+            mailbox.discard()
 
 
 class _Slot:
@@ -131,10 +138,11 @@ async def _serve(
     memory: ObjectMemory,
     retire: Callable[[], bool],
     slot: _Slot,
-) -> None:
+    park: Callable[[], bool] | None,
+) -> bool:
     ctx.workers_busy += 1
     try:
-        await _serve_busy(ctx, key, mailbox, memory, retire, slot)
+        return await _serve_busy(ctx, key, mailbox, memory, retire, slot, park)
     finally:
         ctx.workers_busy -= 1
 
@@ -146,7 +154,9 @@ async def _serve_busy(
     memory: ObjectMemory,
     retire: Callable[[], bool],
     slot: _Slot,
-) -> None:
+    park: Callable[[], bool] | None,
+) -> bool:
+    """Serve the object; True if the worker has parked (its mailbox stays), else False."""
     settings = ctx.settings
     pending: list[RawEvent] = []  # received, not yet seen by the on.event handlers
     latest: RawEvent | None = None  # the newest state, not yet seen by the change handling
@@ -160,10 +170,10 @@ async def _serve_busy(
     open_ = True
     while True:
         if mailbox.discarded:
-            return  # taken away (sharding: the object moved to another replica)
+            return False  # taken away (sharding: the object moved to another replica)
         if latest is None and not pending:
             if not open_:
-                return
+                return False
             # Idle: nothing of the object is needed any more unless it is being deleted (its
             # last state is seen again when a daemon that holds it ends). Dropping the rest now
             # frees the bodies of a listing of many objects as they are handled, rather than
@@ -180,8 +190,25 @@ async def _serve_busy(
                 and bool(memory.daemons.stopping)
             )
             wake = memory.daemons.changed if holding else None
+            if len(mailbox):
+                # Already there (a new worker's first event, or one that came meanwhile): the
+                # wait would return at once, without a checkpoint, only at a higher cost.
+                open_ = mailbox.drain(pending) and open_
+                continue
+            awaited = _awaited(ctx, memory)
+            # Nothing to wait for but a new event, whoever brings it: wait without a task.
+            # Not under a worker limit, where an idle worker keeps its slot (as in Kopf).
+            if (
+                park is not None
+                and wake is None
+                and awaited is None
+                and not carried
+                and ctx.worker_slots is None
+                and park()
+            ):
+                return True
             open_ = await _wait(
-                ctx, mailbox, pending, settings.queueing.idle_timeout, wake, _awaited(ctx, memory)
+                ctx, mailbox, pending, settings.queueing.idle_timeout, wake, awaited
             )
             if not pending:
                 open_ = mailbox.drain(pending) and open_
@@ -190,7 +217,7 @@ async def _serve_busy(
                     latest = last
                     continue
                 if not pending and (not open_ or (not holding and retire())):
-                    return
+                    return False
                 continue
         open_ = mailbox.drain(pending) and open_
 
@@ -218,7 +245,7 @@ async def _serve_busy(
             except Exception as exc:
                 retry = await _throttle(ctx, memory, objlogger, exc)
                 if retry is None:
-                    return
+                    return False
                 # The events are delivered (or lost in the error); the newest state stays.
                 latest = latest if retry else None
                 continue
@@ -242,7 +269,7 @@ async def _serve_busy(
                 except Exception as exc:
                     retry = await _throttle(ctx, memory, objlogger, exc)
                     if retry is None:
-                        return
+                        return False
                     latest = latest if retry else None
                     continue
                 carried = Patch()
@@ -250,7 +277,7 @@ async def _serve_busy(
                 continue
             if remaining > 0:
                 if not open_:
-                    return  # stopping: our version will never come; the next run handles it
+                    return False  # stopping: our version will never come; the next run handles it
                 # Woken up when the stream is held back meanwhile, to give the slot back.
                 awaited = _awaited(ctx, memory)
                 if ctx.backlog.stalled:
@@ -266,7 +293,7 @@ async def _serve_busy(
                 # for consistent would run the handlers again on a state without their marks.
                 # The stream brings the newer one after it, however late (or a relisting).
                 if not open_:
-                    return  # stopping: the next run of the operator sees the newest state
+                    return False  # stopping: the next run of the operator sees the newest state
                 objlogger.debug(
                     f"Version {memory.expected_version!r} has not arrived within "
                     f"{settings.persistence.consistency_timeout} seconds, but an earlier write "
@@ -286,7 +313,7 @@ async def _serve_busy(
         except Exception as exc:
             retry = await _throttle(ctx, memory, objlogger, exc)
             if retry is None:
-                return
+                return False
             # Retry the newest state (newer events replace it), or wait for the next one.
             latest = latest if retry else None
             continue
@@ -299,7 +326,7 @@ async def _serve_busy(
         if outcome.gone:
             ctx.memories.forget(key)
             if deleted:
-                return  # really deleted: no more events can come for this uid
+                return False  # really deleted: no more events can come for this uid
             continue
         _expect(ctx, memory, outcome.resource_version, outcome.earlier_versions)
         if outcome.delay is None:
@@ -311,7 +338,7 @@ async def _serve_busy(
                 objlogger.debug(f"Sleeping was skipped because of the patch, {delay} seconds left.")
             continue
         if not open_:
-            return  # stopping: the delayed handlers are for the next run of the operator
+            return False  # stopping: the delayed handlers are for the next run of the operator
         if delay > 0:
             if outcome.delay > WAITING_KEEPALIVE_INTERVAL:
                 objlogger.debug(
@@ -330,7 +357,7 @@ async def _serve_busy(
                 objlogger.debug(f"Sleeping was interrupted by new changes, {left:g} seconds left.")
                 continue
             if not open_:
-                return
+                return False
             if wake is not None and wake.is_set():
                 memory.daemons.rearm()  # each end wakes us up once
                 latest = last  # a daemon has ended: see if the object can be released now
@@ -341,7 +368,7 @@ async def _serve_busy(
         except Exception as exc:
             retry = await _throttle(ctx, memory, objlogger, exc)
             if retry is None:
-                return
+                return False
             if retry:
                 latest = {"type": "MODIFIED", "object": body}  # run the delayed handlers
             continue

@@ -62,6 +62,16 @@ class OrderedSlots:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def try_acquire(self) -> bool:
+        """Take a slot now if one is free and nobody waits for one; False otherwise.
+
+        No schedule point: for a caller that has one right after (e.g. a wait for the network).
+        """
+        if self._free and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self, ticket: int | None = None) -> None:
         """Take a slot; ``ticket`` defaults to the current one, else a fresh one."""
         await trio.lowlevel.checkpoint_if_cancelled()

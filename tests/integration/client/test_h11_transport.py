@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 
+import h11
 import pytest
 import trio
 import trustme
@@ -20,6 +21,7 @@ from trio.testing import MockClock
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
+from trioperator._client.h11_transport import Origin, TransportPool
 from trioperator._client.http import HTTPSession
 from trioperator._client.settings import NetworkingSettings
 
@@ -271,12 +273,33 @@ async def test_malformed_responses_are_clear_connection_errors(
         await http.aclose()
 
 
+@pytest.mark.parametrize(
+    "response",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"HTTP/1.1 OK\r\n\r\n",
+        b"SMTP ready\r\n",
+        b"HTTP/1.1 200 OK\r\nBad Header: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcdefgh\r\n",
+        # Broken only after a first piece that parsed well (the head, read apart).
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"-1\r\n",
+    ],
+)
 async def test_malformed_response_is_a_protocol_error_and_not_retried(
-    autojump_clock: MockClock, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+    autojump_clock: MockClock,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+    response: bytes,
 ) -> None:
     async def garbage(number: int, stream: trio.SocketStream, read: Reader) -> bool:
         await read()
-        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n")
+        head, sep, rest = response.partition(b"\r\n\r\n")
+        await stream.send_all(head + sep)
+        if rest:
+            await trio.sleep(0.1)  # the body in a read of its own
+            await stream.send_all(rest)
+        await trio.sleep(1)  # still open: the error is the parser's, not the connection's end
         return False
 
     server = await start_raw(nursery, garbage)
@@ -286,6 +309,75 @@ async def test_malformed_response_is_a_protocol_error_and_not_retried(
             await api.request("GET", "/x")
     assert server.connections == 1  # one attempt: the same exchange would break the same way
     assert not [r for r in caplog.records if "will retry" in r.getMessage()]
+
+
+async def test_informational_responses_and_heads_split_anywhere(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    body = b'{"kind": "Status"}'
+    wire = (
+        b"HTTP/1.1 100 Continue\r\nX-Early: 1\r\n\r\n"
+        b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nX-Twice: a\r\n"
+        b"x-twice: b\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def trickle(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        for start in range(0, len(wire), 7):  # cuts through lines, names and the body
+            await stream.send_all(wire[start : start + 7])
+            await trio.sleep(0.01)
+        return True
+
+    server = await start_raw(nursery, trickle)
+    http = session(server)
+    try:
+        responses = [await http.request("POST", "/x", content=b"{}") for _ in range(2)]
+    finally:
+        await http.aclose()
+    for response in responses:
+        assert (response.status, response.body) == (201, body)
+        assert response.headers["x-twice"] == "a, b"
+        assert response.headers["content-type"] == "application/json"
+        assert "x-early" not in response.headers  # the 100's headers are not the answer's
+    assert server.connections == 1
+
+
+async def test_connections_the_response_ends_are_not_reused(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    # The server says it closes, answers in HTTP/1.0, or adds junk after the response: the
+    # response is read whole, and the next request gets a new connection. A HEAD response
+    # announces a body that never comes: it is complete at its head, and its connection kept.
+    answers = {
+        b"/close": ok(b"close", b"Connection: close"),
+        b"/old": b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nold",
+        b"/junk": ok(b"junk") + b"\r\nnot http at all",
+        b"/head": b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n",
+    }
+
+    async def varied(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        await stream.send_all(answers[request.split(b" ")[1]])
+        return True
+
+    server = await start_raw(nursery, varied)
+    http = session(server)
+    try:
+        bodies = [
+            (await http.request("GET", path.decode())).body for path in answers if path != b"/head"
+        ]
+        head = await http.request("HEAD", "/head")
+        with trio.fail_after(1):
+            after = await http.request("GET", "/old")
+    finally:
+        await http.aclose()
+    assert bodies == [b"close", b"old", b"junk"]
+    assert (head.status, head.body, head.headers["content-length"]) == (200, b"", "10")
+    assert after.body == b"old"
+    assert server.connections == 4  # the HEAD's connection served the last request
 
 
 async def test_request_framing_is_h11s_and_never_twofold(
@@ -535,3 +627,56 @@ async def test_tls_connection_dropped_mid_body_is_a_connection_error(
     finally:
         await http.aclose()
     assert server.connections == 2
+
+
+async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    # Regular requests read one TLS record at a time unless it is a full one (16 KiB): the
+    # answers come whole either way, in small records apart or in many full ones at once.
+    ca = trustme.CA()
+    large = b"x" * 200_000
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        request = await read()
+        if request is None:
+            return False
+        if request.startswith(b"GET /large"):
+            await stream.send_all(ok(large))
+            return True
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")
+        for piece in (b"one", b"two", b"six"):  # a record each, apart
+            await trio.sleep(0.1)
+            await stream.send_all(piece)
+        return True
+
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    try:
+        bodies = [(await http.request("GET", path)).body for path in ("/small", "/large", "/small")]
+    finally:
+        await http.aclose()
+    assert bodies == [b"onetwosix", large, b"onetwosix"]
+    assert server.connections == 1
+
+
+def test_requests_with_validated_headers_reused_are_h11s_bytes_exactly() -> None:
+    # The second request of a set of headers reuses the first one's validated headers: the
+    # bytes are still those h11 writes for the request from scratch.
+    pool = TransportPool(Origin("http", "kube.test", 8080), max_idle=1)
+    headers = {"User-Agent": "me", "Content-Type": "application/merge-patch+json"}
+    for target, body in [("/a", b"{}"), ("/b?x=1", b"[]"), ("/c", None), ("/d", None)]:
+        sent = pool._serialize("PATCH" if body else "GET", target, headers, body)
+        h = h11.Connection(h11.CLIENT)
+        items = [("Host", "kube.test:8080"), *headers.items()]
+        if body is not None:
+            items.append(("Content-Length", str(len(body))))
+        expected = h.send(
+            h11.Request(method="PATCH" if body else "GET", target=target, headers=items)
+        )
+        expected += (h.send(h11.Data(data=body)) or b"") if body else b""
+        expected += h.send(h11.EndOfMessage()) or b""
+        assert sent == expected
+    assert len(pool._validated) == 2  # one set per (headers, body length)
+    with pytest.raises(h11.LocalProtocolError, match="Illegal target"):
+        pool._serialize("GET", "/with space", headers, None)  # validated each time

@@ -102,9 +102,20 @@ class Running:
         return names
 
     @classmethod
-    def workers(cls) -> list[str]:
-        """The names of the per-object worker tasks alive now."""
+    def worker_tasks(cls) -> list[str]:
+        """The names of the per-object worker tasks running now."""
         return cls.tasks("worker ")
+
+    def workers(self) -> list[str]:
+        """The per-object workers alive now: running in a task, or idle (a parked worker has no
+        task until its next event, but lives until ``idle_timeout`` has passed), as the
+        ``trioperator_workers`` metric counts them; the running ones by their task names."""
+        alive = 0
+        for line in self.operator.metrics.render().decode().splitlines():
+            if line.startswith("trioperator_workers{"):
+                alive += int(float(line.rsplit(" ", 1)[1]))
+        running = self.worker_tasks()
+        return running + ["worker (idle)"] * max(0, alive - len(running))
 
     @classmethod
     def daemons(cls) -> list[str]:

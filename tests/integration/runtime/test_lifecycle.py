@@ -282,7 +282,7 @@ async def test_cleanup_runs_after_watchers_workers_and_the_last_handler_stopped(
         )
 
     run = start()
-    await run.serve(obj, Running.workers)
+    await run.serve(obj, Running.worker_tasks)
     await trio.sleep(1)
     await run.stop()
 
@@ -440,7 +440,7 @@ async def test_ultimate_exiting_timeout_cancels_a_slow_graceful_stop(
     _, cancelled = _blocking_create(registry, 1000)
 
     run = start()
-    await run.serve(obj, Running.workers)
+    await run.serve(obj, Running.worker_tasks)
     await trio.sleep(1)
     stopped_at = trio.current_time()
     ended_at = await run.stop()
@@ -472,7 +472,7 @@ async def test_ultimate_exiting_timeout_has_kopfs_default_of_10_minutes(
         await trio.sleep(5000)
 
     run = start()
-    await run.serve(obj, Running.workers)
+    await run.serve(obj, Running.worker_tasks)
     stopped_at = trio.current_time()
     run.operator.stop()
     await trio.sleep(590)  # one sleep, not 59,000 polls

@@ -123,3 +123,62 @@ async def test_worker_limit_still_serves_all_objects(
     assert sorted(done) == names
     assert all(len(overlap) == 1 for overlap in overlaps)  # one worker at a time
     assert len(running.workers()) <= len(names)
+
+
+async def test_an_idle_worker_waits_without_a_task_until_its_idle_timeout(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+) -> None:
+    settings.queueing.idle_timeout = 3
+    seen: list[str] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(memo: Any, **_: Any) -> None:
+        memo.created = True
+
+    @kopf.on.update("kopfexamples", id="update_fn", registry=registry)
+    async def update_fn(memo: Any, spec: Any, **_: Any) -> None:
+        seen.append(f"{spec['field']} {memo.created}")
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: handled(running))
+    await running.wait_for(lambda: running.worker_tasks() == [])  # idle: parked, no task
+    parked_at = trio.current_time()
+    assert len(running.workers()) == 1  # ... but alive, as the metric says
+
+    await trio.sleep(2)  # within the idle timeout: the same worker wakes up, with its memory
+    running.patch({"spec": {"field": "changed"}})
+    await running.wait_for(lambda: seen == ["changed True"])
+    await running.wait_for(lambda: running.worker_tasks() == [])
+    assert len(running.workers()) == 1
+    idle_since = trio.current_time()
+    await running.wait_for(lambda: running.workers() == [])
+    assert trio.current_time() - idle_since == pytest.approx(3, abs=0.05)
+    assert trio.current_time() - parked_at > 3
+
+
+async def test_under_a_worker_limit_an_idle_worker_keeps_its_task_and_slot(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+) -> None:
+    settings.queueing.worker_limit = 1
+    settings.queueing.idle_timeout = 3
+    started: dict[str, float] = {}
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(name: str, **_: Any) -> None:
+        started[name] = trio.current_time()
+
+    running = await run_operator()
+    running.create(name="first")
+    await running.wait_for(lambda: handled(running, "first"))
+    assert len(running.worker_tasks()) == 1  # waiting in its task, holding the only slot
+    running.create(name="second")
+    await running.wait_for(lambda: handled(running, "second"))
+    # The second object got the slot only when the first worker idled out (as in Kopf).
+    assert started["second"] - started["first"] >= 3

@@ -17,6 +17,7 @@ from trioperator._engine.progress import (
     ProgressStorage,
     SmartProgressStorage,
     StatusProgressStorage,
+    clear_owned,
 )
 
 ALL_STORAGES: list[type[ProgressStorage]] = [
@@ -761,3 +762,41 @@ def test_json_matches_the_standard_library_compact_form() -> None:
         {"message": 'ошибка "quoted"', "retries": 1}, separators=(",", ":")
     )
     assert encoded.isascii()
+
+
+def _legacy_and_annotated_essence() -> dict[str, Any]:
+    return {
+        "spec": {"deep": {"x": 1}, "items": [1, {"y": 2}]},
+        "metadata": {"annotations": {"kopf.zalando.org/fn": "{}", "other/a": "b"}},
+        "status": {"kopf": {"progress": {"fn": {}}, "other": 1}},
+    }
+
+
+@pytest.mark.parametrize(
+    "storage",
+    [
+        SmartProgressStorage(),
+        AnnotationsProgressStorage(),
+        StatusProgressStorage(),
+        MultiProgressStorage([AnnotationsProgressStorage(), StatusProgressStorage()]),
+    ],
+    ids=["smart", "annotations", "status", "multi"],
+)
+def test_clearing_an_owned_essence_in_place_gives_what_clear_gives(
+    storage: ProgressStorage,
+) -> None:
+    expected = storage.clear(essence=_legacy_and_annotated_essence())
+    assert clear_owned(storage, _legacy_and_annotated_essence()) == expected
+
+
+def test_clearing_an_owned_essence_asks_a_storage_with_its_own_clear() -> None:
+    class Hiding(AnnotationsProgressStorage):
+        def clear(self, *, essence: dict[str, Any]) -> dict[str, Any]:
+            essence = super().clear(essence=essence)
+            essence.get("spec", {}).pop("deep", None)
+            return essence
+
+    for storage in (Hiding(), MultiProgressStorage([Hiding(), StatusProgressStorage()])):
+        cleared = clear_owned(storage, _legacy_and_annotated_essence())
+        assert "deep" not in cleared["spec"]
+        assert "kopf.zalando.org/fn" not in cleared.get("metadata", {}).get("annotations", {})

@@ -94,3 +94,26 @@ async def test_a_slot_handed_to_a_cancelled_waiter_passes_on(autojump_clock: Moc
         slots.release()  # ... when the slot is handed to it
     assert admitted == [2]
     assert slots.free == 1
+
+
+async def test_try_acquire_takes_only_a_free_slot_nobody_waits_for(
+    autojump_clock: MockClock,
+) -> None:
+    slots = OrderedSlots(1)
+    assert slots.try_acquire()
+    assert not slots.try_acquire()  # none free
+    admitted: list[str] = []
+
+    async def waiter() -> None:
+        await slots.acquire(1)
+        admitted.append("waiter")
+        slots.release()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.sleep(0.1)
+        slots.release()  # handed to the waiter: not free for a try_acquire in between
+        assert not slots.try_acquire()
+    assert admitted == ["waiter"]
+    assert slots.try_acquire()  # free again, nobody waiting
+    assert slots.free == 0
