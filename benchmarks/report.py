@@ -261,10 +261,57 @@ def _open_loop(results: dict[str, Any], frameworks: list[str]) -> list[str]:
             ("schedule lag max, ms", lambda r: r["schedule_lag_max_s"] * 1000, 1, False),
             ("noise: other processes' CPU, cores", lambda r: r["cores_other"], 2, False),
         ]
+        spec += _breakdown_rows()
         lines += [f"### Steady load: {n:,} objects created at {rate:g}/s (open loop)", ""]
         lines += _compare(group, frameworks, spec)
         lines.append("")
     return lines
+
+
+BREAKDOWN_STEPS = (
+    ("seen", "create sent to the harness's watch seeing it (the API server's part)"),
+    ("received", "create sent to the event in the operator's worker mailbox"),
+    ("queued", "event received to the handler's start"),
+    ("handler", "handler's start to its status PATCH asked for (Kopf: its body PATCH first)"),
+    ("status_slot", "status PATCH waits for a request slot"),
+    ("status_rtt", "status PATCH on the wire (answered)"),
+    ("status_echo", "status PATCH answered to the harness seeing it"),
+    ("body_slot", "body PATCH waits for a request slot"),
+    ("body_rtt", "body PATCH on the wire (answered)"),
+    ("echo", "body PATCH answered to its event in the worker's mailbox"),
+)
+
+
+def _breakdown_rows() -> list[Row]:
+    """Where the time goes (from the operator's trace, operators/tracing.py): p50 and p95 of
+    each step, in ms; steps a framework's trace cannot tell are left empty."""
+    rows: list[Row] = []
+    for step, words in BREAKDOWN_STEPS:
+        for q in ("p50", "p95"):
+            rows.append(
+                (
+                    f"step {step} {q}, ms: {words}",
+                    lambda r, s=step, q=q: r["breakdown"]["steps"][s][q] * 1000,
+                    0,
+                    False,
+                )
+            )
+    rows += [
+        (
+            "PATCHes at once, max (asked for, not answered)",
+            lambda r: r["breakdown"]["patches_at_once_max"],
+            0,
+            False,
+        ),
+        ("event loop lag p99, ms", lambda r: r["breakdown"]["loop_lag"]["p99"] * 1000, 1, False),
+        (
+            "gen-2 garbage collections during the load, ms",
+            lambda r: r["breakdown"]["gc_in_run"]["gen2"]["seconds"] * 1000,
+            0,
+            False,
+        ),
+    ]
+    return rows
 
 
 def _restart(results: dict[str, Any], n: int, frameworks: list[str]) -> list[str]:

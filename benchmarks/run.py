@@ -549,6 +549,7 @@ class HandledWatch:
         self.namespace = namespace
         self.added: dict[str, float] = {}
         self.handled: dict[str, float] = {}
+        self.marked: dict[str, float] = {}  # when the handled mark (the diff-base) was seen
         self.handled_by: Counter[str] = Counter()
         self.harness_calls: Counter[str] = Counter()  # LIST/WATCH it made (to subtract)
         self.events = 0
@@ -557,6 +558,8 @@ class HandledWatch:
         name = obj["metadata"]["name"]
         self.added.setdefault(name, now)
         result = (obj.get("status") or {}).get("create_fn")
+        if name not in self.marked and HANDLED_MARK in (obj["metadata"].get("annotations") or {}):
+            self.marked[name] = now
         if result and name not in self.handled:
             self.handled[name] = now
             self.handled_by[str(result.get("by"))] += 1
@@ -639,6 +642,165 @@ def check_handled_by(result: dict[str, Any], watch: HandledWatch, framework: str
     if wrong:
         result["ok"] = False
         result["error"] = f"objects handled by someone else: {wrong}"
+
+
+HANDLED_MARK = "kopf.zalando.org/last-handled-configuration"
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    """p50/p95/p99/max of `values` (seconds), or None if there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "p50": percentile(ordered, 0.5),
+        "p95": percentile(ordered, 0.95),
+        "p99": percentile(ordered, 0.99),
+        "max": ordered[-1],
+    }
+
+
+def _most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals that overlap at one moment."""
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def trace_breakdown(
+    path: Path,
+    sent: dict[str, float],
+    watch: HandledWatch,
+    names: list[str],
+    window: tuple[float, float],
+) -> dict[str, Any]:
+    """Where each object's time went, from the operator's trace (operators/tracing.py) and the
+    harness's own watch: spreads (p50/p95/p99/max, seconds) of each step, per object.
+
+    - seen: the create sent -> the harness's watch sees the object (the API server's part);
+    - received: the create sent -> the operator's router hands the event to its worker;
+    - queued: the event received (Kopf: the harness's seen) -> the handler starts;
+    - handler: the handler starts -> the status PATCH is asked for;
+    - status_slot / body_slot: a PATCH asked for -> it has a request slot (trioperator);
+    - status_rtt / body_rtt: a PATCH on its connection (Kopf: asked for) -> its answer;
+    - status_echo: the status PATCH answered -> the harness sees the object handled;
+    - marked: the create sent -> the harness sees the handled mark (the body PATCH);
+    - echo: the body PATCH answered -> its event is received by the object's worker.
+    """
+    received: dict[str, float] = {}
+    last_event: dict[str, float] = {}
+    started: dict[str, float] = {}
+    patches: dict[tuple[str, str], tuple[float, float | None, float]] = {}
+    lags: list[float] = []
+    stalls: list[float] = []  # the router held the stream back (backpressure), seconds
+    gc_pauses: dict[int, list[float]] = {1: [], 2: []}
+    gc_totals: dict[str, Any] = {}
+    if not path.exists():
+        return {"error": f"no trace at {path}"}
+    with path.open() as file:
+        for line in file:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue  # a line cut off by a killed process
+            kind = item[0]
+            if kind == "e":
+                name, t = item[1], item[4]
+                received.setdefault(name, t)
+                last_event[name] = t
+            elif kind == "h":
+                started.setdefault(item[1], item[2])
+            elif kind == "p":
+                patches.setdefault((item[1], item[2]), (item[3], item[4], item[5]))
+            elif kind == "lag" and window[0] <= item[1] <= window[1]:
+                lags.append(item[2])
+            elif kind == "stall" and window[0] <= item[1] <= window[1]:
+                stalls.append(item[2])
+            elif kind == "gc" and window[0] <= item[2] <= window[1]:
+                gc_pauses[item[1]].append(item[3])
+            elif kind == "gcsum":
+                gc_totals[f"gen{item[1]}"] = {"count": item[2], "seconds": round(item[3], 4)}
+    steps: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "seen",
+            "received",
+            "queued",
+            "handler",
+            "status_slot",
+            "status_rtt",
+            "status_echo",
+            "body_slot",
+            "body_rtt",
+            "marked",
+            "echo",
+        )
+    }
+    for name in names:
+        if name not in sent:
+            continue
+        t0 = sent[name]
+        if name in watch.added:
+            steps["seen"].append(watch.added[name] - t0)
+        if name in received:
+            steps["received"].append(received[name] - t0)
+        begin = received.get(name, watch.added.get(name))
+        if name in started and begin is not None:
+            steps["queued"].append(started[name] - begin)
+        status = patches.get((name, "status"))
+        body = patches.get((name, ""))
+        if status is not None and name in started:
+            steps["handler"].append(status[0] - started[name])
+        for label, one in (("status", status), ("body", body)):
+            if one is None:
+                continue
+            asked, granted, answered = one
+            if granted is not None:
+                steps[f"{label}_slot"].append(granted - asked)
+            steps[f"{label}_rtt"].append(answered - (asked if granted is None else granted))
+        if status is not None and name in watch.handled:
+            steps["status_echo"].append(watch.handled[name] - status[2])
+        if name in watch.marked:
+            steps["marked"].append(watch.marked[name] - t0)
+        if body is not None and name in last_event and last_event[name] > body[2]:
+            steps["echo"].append(last_event[name] - body[2])
+    in_flight = [(g, a) for g, a in ((v[1], v[2]) for v in patches.values()) if g is not None]
+    waiting = [(v[0], v[1]) for v in patches.values() if v[1] is not None]
+    return {
+        "steps": {k: _spread(v) for k, v in steps.items() if v},
+        "patches_in_flight_max": _most_at_once(in_flight) if in_flight else None,
+        "patches_waiting_max": _most_at_once(waiting) if waiting else None,
+        "patches_at_once_max": _most_at_once([(v[0], v[2]) for v in patches.values()]),
+        "loop_lag": _spread(lags),
+        "router_stalls": {"count": len(stalls), "seconds": round(sum(stalls), 3)},
+        "gc_in_run": {
+            f"gen{g}": {"count": len(v), "seconds": round(sum(v), 4), "max": max(v, default=0)}
+            for g, v in gc_pauses.items()
+        },
+        "gc_totals": gc_totals,
+    }
+
+
+def format_breakdown(breakdown: dict[str, Any]) -> str:
+    """One log line: each step's p50/p95 in ms."""
+    parts = [
+        f"{k} {v['p50'] * 1000:.0f}/{v['p95'] * 1000:.0f}"
+        for k, v in breakdown.get("steps", {}).items()
+    ]
+    lag = breakdown.get("loop_lag")
+    if lag:
+        parts.append(f"loop lag {lag['p50'] * 1000:.1f}/{lag['p99'] * 1000:.1f}")
+    gc2 = breakdown.get("gc_in_run", {}).get("gen2")
+    if gc2:
+        parts.append(f"gen2 GCs {gc2['count']} ({gc2['seconds'] * 1000:.0f} ms)")
+    stalls = breakdown.get("router_stalls")
+    if stalls and stalls["count"]:
+        parts.append(f"router stalls {stalls['count']} ({stalls['seconds'] * 1000:.0f} ms)")
+    parts.append(f"PATCHes at once max {breakdown.get('patches_at_once_max')}")
+    return "ms p50/p95: " + ", ".join(parts)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -1134,10 +1296,15 @@ class Bench:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(watch.run)
-                operator = await self.start_operator(framework, "async", label)
+                trace = cfg.work_dir / f"{label}.trace.jsonl"
+                trace.unlink(missing_ok=True)
+                operator = await self.start_operator(
+                    framework, "async", label, BENCH_TRACE=str(trace)
+                )
                 process, log_path = operator
                 result["log"] = str(log_path)
                 spawned = time.monotonic()
+                traced: tuple[dict[str, float], list[str], tuple[float, float]] | None = None
                 try:
                     await self.sentinel(operator, watch, within=120)
                     result["startup_s"] = time.monotonic() - spawned
@@ -1183,6 +1350,8 @@ class Bench:
                         **handled_figures(n, memory, calls, watch, usage),
                     )
                     check_handled_by(result, watch, framework)
+                    window = (created["started"], max(mine.values()))
+                    traced = (sent, list(mine), window)
                     order = result["order"]
                     log(
                         f"  {framework} at {rate:g}/s: latency p50/p95/p99 "
@@ -1196,6 +1365,17 @@ class Bench:
                 finally:
                     result.update(await stop_process(process))
                     result["log_findings"] = log_findings(log_path)
+                if traced is not None:
+                    # Written at the operator's exit: read once it has stopped.
+                    sent_at, names, window = traced
+                    # Per object, for a closer look than the spreads (see trace_breakdown).
+                    times = {
+                        k: [f.get(k) for f in (sent_at, watch.added, watch.handled, watch.marked)]
+                        for k in names
+                    }
+                    (cfg.work_dir / f"{label}.times.json").write_text(json.dumps(times))
+                    result["breakdown"] = trace_breakdown(trace, sent_at, watch, names, window)
+                    log(f"  {framework} at {rate:g}/s: {format_breakdown(result['breakdown'])}")
                 nursery.cancel_scope.cancel()
         except BaseException as exc:
             record_failure(result, exc)

@@ -13,8 +13,23 @@ if FRAMEWORK == "kopf":
 else:
     import trioperator as kopf
 
+TRACING = bool(os.environ.get("BENCH_TRACE"))
+if TRACING:  # open-loop runs: where each object's time goes (see tracing.py)
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tracing
+
+    tracing.install(FRAMEWORK)
+
+    @kopf.on.startup()
+    async def start_tracing(**_):
+        tracing.start_lag_sampler()
+
 
 @kopf.on.create("bench.trioperator.dev", "v1", "benchobjects")
 async def create_fn(name, spec, **_):
+    if TRACING:
+        tracing.record("h", name, tracing.time.monotonic())
     # -> status.create_fn = {...}; the harness waits for exactly this field.
     return {"message": "created", "by": FRAMEWORK, "size": len(spec)}
