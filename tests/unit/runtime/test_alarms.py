@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
-from trioperator._runtime.alarms import Alarm, AlarmClock
+from trioperator._runtime.alarms import Alarm, AlarmClock, slack
 
 
 class Slot:
@@ -32,7 +33,42 @@ async def test_sleepers_wake_at_their_deadlines(autojump_clock: Any) -> None:
         # A deadline earlier than any so far re-arms the clock.
         nursery.start_soon(sleeper, clock, "earliest", 1.5)
 
+    # No one else is due within any one's slack: each wakes exactly on time.
     assert woken == [("earliest", 2.5), ("early", 3.0), ("late", 10.0)]
+
+
+async def test_sleepers_due_close_together_share_one_wake_up_and_none_wakes_early(
+    autojump_clock: Any,
+) -> None:
+    woken: list[tuple[str, float]] = []
+    deadlines: dict[str, float] = {}
+
+    async def sleeper(clock: AlarmClock, name: str, seconds: float) -> None:
+        deadlines[name] = trio.current_time() + seconds
+        await clock.sleep(seconds)
+        woken.append((name, trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        clock = AlarmClock(nursery)
+        # Ten-second sleeps begun at 0, 0.05, 0.09 and 0.15 s: the first three are due within
+        # the first one's slack (0.1 s) and wake together at the third one's deadline; the
+        # fourth is due after the first one's slack has run out, and wakes on its own, on time.
+        for name, start in (("a", 0.0), ("b", 0.05), ("c", 0.09), ("d", 0.15)):
+            await trio.sleep_until(start)
+            nursery.start_soon(sleeper, clock, name, 10.0)
+
+    assert sorted(name for name, _ in woken[:3]) == ["a", "b", "c"]  # in any order: one pass
+    times = dict(woken)
+    assert times["a"] == times["b"] == times["c"] == pytest.approx(10.09)
+    assert times["d"] == pytest.approx(10.15)
+    for name, at in woken:
+        assert deadlines[name] <= at <= deadlines[name] + slack(10.0) + 1e-9
+
+
+def test_the_slack_is_a_part_of_the_sleep_and_limited() -> None:
+    assert slack(1.0) == pytest.approx(0.01)
+    assert slack(10.0) == pytest.approx(0.1)
+    assert slack(3600.0) == pytest.approx(0.1)
 
 
 async def test_a_sleep_can_be_rung_early_and_is_skipped_when_its_slot_is_set(
