@@ -879,6 +879,7 @@ class Config:
     open_rates: list[float]  # objects/s of the open-loop runs ([]: none)
     open_size: int
     open_repeat: int
+    open_trace: bool  # the operators of the open-loop runs trace where each object's time goes
     ceiling: bool
     decode: bool
     decode_events: int
@@ -1298,9 +1299,10 @@ class Bench:
                 await nursery.start(watch.run)
                 trace = cfg.work_dir / f"{label}.trace.jsonl"
                 trace.unlink(missing_ok=True)
-                operator = await self.start_operator(
-                    framework, "async", label, BENCH_TRACE=str(trace)
-                )
+                # The trace costs the operators CPU (a JSON line per event and request, a loop-lag
+                # sampler): only on request, so that the goals are measured without it.
+                env = {"BENCH_TRACE": str(trace)} if cfg.open_trace else {}
+                operator = await self.start_operator(framework, "async", label, **env)
                 process, log_path = operator
                 result["log"] = str(log_path)
                 spawned = time.monotonic()
@@ -1365,7 +1367,7 @@ class Bench:
                 finally:
                     result.update(await stop_process(process))
                     result["log_findings"] = log_findings(log_path)
-                if traced is not None:
+                if traced is not None and cfg.open_trace:
                     # Written at the operator's exit: read once it has stopped.
                     sent_at, names, window = traced
                     # Per object, for a closer look than the spreads (see trace_breakdown).
@@ -2200,6 +2202,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--open-size", type=int, default=None, help="objects per open-loop run (2400)"
     )
     group.add_argument("--open-repeat", type=int, default=None, help="(1)")
+    group.add_argument(
+        "--open-trace",
+        action="store_true",
+        help="trace where each object's time goes in the operators (operators/tracing.py): "
+        "a breakdown per step in the report, at some CPU cost to both frameworks",
+    )
     parser.add_argument(
         "--no-decode", action="store_true", help="skip the decoding micro-benchmark"
     )
@@ -2408,6 +2416,7 @@ def main(argv: list[str] | None = None) -> int:
             open_rates=args.open_rates,
             open_size=args.open_size,
             open_repeat=args.open_repeat,
+            open_trace=args.open_trace,
             ceiling=not args.no_ceiling,
             decode=not args.no_decode,
             decode_events=2000 if args.quick else 5000,
