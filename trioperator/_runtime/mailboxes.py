@@ -329,6 +329,11 @@ class Mailbox:
         self._events.clear()
 
 
+RETIREMENT_SLACK = 1.0
+"""How late (seconds) a parked mailbox may be retired after its idleness has ended, at most
+(the watcher allows a tenth of ``idle_timeout`` up to that)."""
+
+
 class IdleWorkers:
     """The parked workers of one watcher, each until its ``idle_timeout`` has passed.
 
@@ -341,14 +346,15 @@ class IdleWorkers:
     __slots__ = ("_changed", "_heap", "_serial")
 
     def __init__(self) -> None:
-        # (when its idleness ends, serial, the mailbox, its retirement): revived mailboxes
-        # stay in the heap until then, recognised by a different (or no) ``parked_until``.
-        self._heap: list[tuple[float, int, Mailbox, Callable[[], bool]]] = []
+        # (when its idleness ends, serial, the mailbox, its retirement, how late it may come):
+        # revived mailboxes stay in the heap until then, recognised by a different (or no)
+        # ``parked_until``.
+        self._heap: list[tuple[float, int, Mailbox, Callable[[], bool], float]] = []
         self._serial = itertools.count()
         self._changed = trio.Event()
 
     def __len__(self) -> int:
-        return sum(1 for deadline, _, mailbox, _ in self._heap if mailbox.parked_until == deadline)
+        return sum(1 for entry in self._heap if entry[2].parked_until == entry[0])
 
     def park(
         self,
@@ -356,14 +362,16 @@ class IdleWorkers:
         until: float,
         revive: Callable[[], None],
         retire: Callable[[], bool],
+        *,
+        slack: float = 0.0,
     ) -> None:
         """The worker of ``mailbox`` ends its task; ``revive`` starts it again, ``retire`` (at
-        ``until``, unless revived before) ends it for good."""
+        ``until``, or up to ``slack`` seconds later, unless revived before) ends it for good."""
         mailbox.parked_until = until
         mailbox.revive = revive
-        if not self._heap or until < self._heap[0][0]:
+        if not self._heap or until + slack < self._heap[0][0] + self._heap[0][4]:
             self._changed.set()  # the retirer sleeps until a later time: wake it up
-        heapq.heappush(self._heap, (until, next(self._serial), mailbox, retire))
+        heapq.heappush(self._heap, (until, next(self._serial), mailbox, retire, slack))
 
     @staticmethod
     def unpark(mailbox: Mailbox) -> None:
@@ -379,7 +387,7 @@ class IdleWorkers:
         retired = 0
         heap = self._heap
         while heap and heap[0][0] <= now:
-            deadline, _, mailbox, retire = heapq.heappop(heap)
+            deadline, _, mailbox, retire, _ = heapq.heappop(heap)
             if mailbox.parked_until != deadline:
                 continue  # revived (and maybe parked again, with a later entry) or discarded
             mailbox.parked_until = None
@@ -389,10 +397,15 @@ class IdleWorkers:
         return retired
 
     async def run(self) -> None:
-        """Retire parked mailboxes as their time comes; runs until cancelled."""
+        """Retire parked mailboxes as their time comes; runs until cancelled.
+
+        A retirement may come late by the slack it was parked with, so that one wake-up retires
+        all the mailboxes parked within that time (after a listing of thousands of objects, each
+        parked at its own moment, a wake-up for each cost more than the retirements themselves).
+        """
         while True:
             self._changed = trio.Event()
-            until = self._heap[0][0] if self._heap else math.inf
+            until = self._heap[0][0] + self._heap[0][4] if self._heap else math.inf
             with trio.move_on_at(until):
                 await self._changed.wait()
             self.retire_due(trio.current_time())

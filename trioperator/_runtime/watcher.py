@@ -44,7 +44,7 @@ from trioperator._runtime.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.daemon_spawning import new_keeper
 from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
-from trioperator._runtime.mailboxes import IdleWorkers, Mailbox
+from trioperator._runtime.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.metrics import WatchCounts
 from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
@@ -395,8 +395,9 @@ class _Worker:
             return False
         if self.streams.get(self.key) is not mailbox:
             return False
-        until = trio.current_time() + self.ctx.settings.queueing.idle_timeout
-        self.idle.park(mailbox, until, self.start, self.retire)
+        timeout = self.ctx.settings.queueing.idle_timeout
+        slack = min(RETIREMENT_SLACK, timeout / 10)
+        self.idle.park(mailbox, trio.current_time() + timeout, self.start, self.retire, slack=slack)
         return True
 
 

@@ -156,7 +156,9 @@ async def test_an_idle_worker_waits_without_a_task_until_its_idle_timeout(
     assert len(running.workers()) == 1
     idle_since = trio.current_time()
     await running.wait_for(lambda: running.workers() == [])
-    assert trio.current_time() - idle_since == pytest.approx(3, abs=0.05)
+    # At its idle timeout, or later by a tenth of it at most (retirements due together share
+    # one wake-up of the retirer).
+    assert 3 - 0.05 <= trio.current_time() - idle_since <= 3 + 0.3 + 0.05
     assert trio.current_time() - parked_at > 3
 
 

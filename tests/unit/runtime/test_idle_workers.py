@@ -95,3 +95,30 @@ async def test_the_retirer_wakes_up_for_an_earlier_deadline(autojump_clock: Any)
         await trio.sleep(200)
         nursery.cancel_scope.cancel()
     assert retired_at == {"early": 5.0, "late": 100.0}
+
+
+async def test_retirements_due_within_the_slack_share_one_wake_up(autojump_clock: Any) -> None:
+    idle, calls = IdleWorkers(), Calls()
+    retired_at: dict[str, float] = {}
+
+    def retire(name: str) -> Any:
+        def retire() -> bool:
+            retired_at[name] = trio.current_time()
+            return True
+
+        return retire
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(idle.run)
+        for name, until in (("a", 5.0), ("b", 5.2), ("c", 5.4), ("d", 7.0)):
+            idle.park(
+                Mailbox(Backlog(), keep_all=False),
+                until,
+                calls.revive(name),
+                retire(name),
+                slack=0.5,
+            )
+        await trio.sleep(20)
+        nursery.cancel_scope.cancel()
+    # The first one's slack runs out at 5.5: everyone due by then goes at once; none early.
+    assert retired_at == {"a": 5.5, "b": 5.5, "c": 5.5, "d": 7.5}
