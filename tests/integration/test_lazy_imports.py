@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from typing import Any
 from pathlib import Path
 
 from tests.integration.conftest import CRD
@@ -98,9 +99,10 @@ SCRIPT = """
 """
 
 
-def test_a_plain_operator_never_imports_asyncio(tmp_path: Path) -> None:
+def run_in_a_fresh_interpreter(tmp_path: Path, operator: str) -> dict[str, Any]:
+    """Run the CLI's ``run`` over ``operator`` in a new interpreter; its report (SCRIPT)."""
     operator_file = tmp_path / "operator.py"
-    operator_file.write_text(textwrap.dedent(OPERATOR))
+    operator_file.write_text(textwrap.dedent(operator))
     done = subprocess.run(
         [
             sys.executable,
@@ -116,7 +118,12 @@ def test_a_plain_operator_never_imports_asyncio(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_a_plain_operator_never_imports_asyncio(tmp_path: Path) -> None:
+    report = run_in_a_fresh_interpreter(tmp_path, OPERATOR)
     assert report["code"] == 0
     assert report["status"] == {"message": "handled"}  # it ran, and handled an object
     assert [name for name in NOT_IMPORTED if name in report["imported"]] == []
@@ -125,23 +132,6 @@ def test_a_plain_operator_never_imports_asyncio(tmp_path: Path) -> None:
 
 
 def test_an_asyncio_handler_still_gets_its_loop(tmp_path: Path) -> None:
-    operator_file = tmp_path / "operator.py"
-    operator_file.write_text(textwrap.dedent(ASYNCIO_OPERATOR))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            textwrap.dedent(SCRIPT),
-            json.dumps(CRD),
-            str(operator_file),
-            str(tmp_path / "kubeconfig"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_in_a_fresh_interpreter(tmp_path, ASYNCIO_OPERATOR)
     assert report["status"] == {"message": "handled"}
     assert "trio_asyncio" in report["imported"]

@@ -26,6 +26,18 @@ class Calls:
 
         return retire
 
+    def retire_at(self, retired_at: dict[str, float]) -> Any:
+        """Retirements that note their time into ``retired_at``."""
+
+        def retirement(name: str) -> Any:
+            def retire() -> bool:
+                retired_at[name] = trio.current_time()
+                return True
+
+            return retire
+
+        return retirement
+
 
 def test_a_parked_mailbox_is_revived_once_and_not_retired_then() -> None:
     idle, calls = IdleWorkers(), Calls()
@@ -78,13 +90,7 @@ def test_a_discarded_parked_mailbox_never_comes_back() -> None:
 async def test_the_retirer_wakes_up_for_an_earlier_deadline(autojump_clock: Any) -> None:
     idle, calls = IdleWorkers(), Calls()
     retired_at: dict[str, float] = {}
-
-    def retire(name: str) -> Any:
-        def retire() -> bool:
-            retired_at[name] = trio.current_time()
-            return True
-
-        return retire
+    retire = calls.retire_at(retired_at)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(idle.run)
@@ -100,13 +106,7 @@ async def test_the_retirer_wakes_up_for_an_earlier_deadline(autojump_clock: Any)
 async def test_retirements_due_within_the_slack_share_one_wake_up(autojump_clock: Any) -> None:
     idle, calls = IdleWorkers(), Calls()
     retired_at: dict[str, float] = {}
-
-    def retire(name: str) -> Any:
-        def retire() -> bool:
-            retired_at[name] = trio.current_time()
-            return True
-
-        return retire
+    retire = calls.retire_at(retired_at)
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(idle.run)
