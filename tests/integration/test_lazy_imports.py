@@ -13,8 +13,8 @@ import json
 import subprocess
 import sys
 import textwrap
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from tests.integration.conftest import CRD
 
