@@ -117,7 +117,9 @@ def _plan(cfg: dict[str, Any]) -> str:
         parts.append(f"shutdown {cfg['shutdown_size']} x {cfg.get('shutdown_repeat')}")
     if cfg.get("open_size") and cfg.get("open_rates"):
         rates = ", ".join(f"{r:g}" for r in cfg["open_rates"])
-        parts.append(f"open loop {cfg['open_size']} at {rates}/s x {cfg.get('open_repeat')}")
+        repeats = cfg.get("open_repeat")
+        times = ", ".join(map(str, repeats)) if isinstance(repeats, list) else repeats
+        parts.append(f"open loop {cfg['open_size']} at {rates}/s x {times}")
     return "; ".join(parts)
 
 

@@ -878,7 +878,7 @@ class Config:
     shutdown_repeat: int
     open_rates: list[float]  # objects/s of the open-loop runs ([]: none)
     open_size: int
-    open_repeat: int
+    open_repeat: list[int]  # repetitions per rate of open_rates
     open_trace: bool  # the operators of the open-loop runs trace where each object's time goes
     ceiling: bool
     decode: bool
@@ -1747,8 +1747,12 @@ class Bench:
                         for variant in variants:
                             restart = cfg.restart and variant == variants[0]
                             await self.burst_run(framework, variant, n, rep, restart)
-        for rep in range(cfg.open_repeat if cfg.open_size else 0):
-            for rate in cfg.open_rates:
+        # Round by round, each rate while it has repetitions left (the top rate sits on the edge
+        # of the API server's saturation: its latency is bimodal, so it gets the most).
+        for rep in range(max(cfg.open_repeat, default=0) if cfg.open_size else 0):
+            for rate, times in zip(cfg.open_rates, cfg.open_repeat, strict=True):
+                if rep >= times:
+                    continue
                 with self.timed(f"open loop {rate:g}/s"):
                     for framework in self.order(rep):
                         await self.open_run(framework, rate, cfg.open_size, rep)
@@ -2039,7 +2043,7 @@ DEFAULTS = {
     "ceiling_repeat": (1, 1),
     "open_rates": ("40,120,160", "40,120,160"),
     "open_size": (2400, 600),
-    "open_repeat": (1, 1),
+    "open_repeat": ("1,1,3", "1"),
 }
 
 
@@ -2065,13 +2069,12 @@ def estimate(args: argparse.Namespace) -> list[tuple[str, float]]:
         runs = repeat * fws * len(variants)
         extra = repeat * fws * restart(n) if args.restart_after_burst else 0
         parts.append((f"burst {n} {'+'.join(variants)} x {repeat}", runs * burst + extra))
-    if args.open_size and args.open_repeat:
-        for rate in args.open_rates:
+    if args.open_size:
+        for rate, times in zip(args.open_rates, args.open_repeat, strict=True):
             n = args.open_size
             one = 15 + n / rate + n * delete
-            parts.append(
-                (f"open loop {n} at {rate:g}/s x {args.open_repeat}", args.open_repeat * fws * one)
-            )
+            if times:
+                parts.append((f"open loop {n} at {rate:g}/s x {times}", times * fws * one))
     if args.shutdown_size and args.shutdown_repeat:
         n = args.shutdown_size
         one = 2 * (5 + n * (create + handle + delete))
@@ -2201,7 +2204,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     group.add_argument(
         "--open-size", type=int, default=None, help="objects per open-loop run (2400)"
     )
-    group.add_argument("--open-repeat", type=int, default=None, help="(1)")
+    group.add_argument(
+        "--open-repeat",
+        default=None,
+        help="repetitions per rate: one number for all, or one per rate (1,1,3: the top rate "
+        "is bimodal, the report takes the median)",
+    )
     group.add_argument(
         "--open-trace",
         action="store_true",
@@ -2274,6 +2282,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         # per-object figures to report).
         args.steady_sizes = [n for n in int_list(args.steady_sizes) if n]
         args.open_rates = [float(x) for x in args.open_rates.split(",") if x.strip()]
+        open_repeats = int_list(str(args.open_repeat))
         args.ceiling_sizes = int_list(args.ceiling_sizes) if args.ceiling_sizes else args.sizes[:1]
     except ValueError as exc:
         parser.error(f"not a comma-separated list of numbers: {exc}")
@@ -2284,11 +2293,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if len(repeats) != len(args.sizes):
         parser.error("--repeat: one number, or one per size of --sizes")
     args.repeats = repeats
+    if not args.open_rates:  # --open-rates "": no open-loop runs, whatever the repetitions
+        open_repeats = []
+    elif len(open_repeats) == 1:
+        open_repeats *= len(args.open_rates)
+    if len(open_repeats) != len(args.open_rates):
+        parser.error("--open-repeat: one number, or one per rate of --open-rates")
+    args.open_repeat = open_repeats
     numbers = [*args.sizes, *repeats, *args.steady_sizes, *args.ceiling_sizes]
     numbers += [args.takeover_size, args.takeover_repeat, args.steady_repeat]
     numbers += [args.background_size, args.background_repeat, args.background_window]
     numbers += [args.shutdown_size, args.shutdown_repeat, args.idle, args.takeover_idle]
-    numbers += [args.open_size, args.open_repeat, args.ceiling_repeat]
+    numbers += [args.open_size, *args.open_repeat, args.ceiling_repeat]
     if any(x < 0 for x in numbers):
         parser.error("sizes, repetitions and windows cannot be negative")
     if any(x <= 0 for x in args.open_rates):
