@@ -170,6 +170,9 @@ class OperatorRegistry:
         # Per resource: the handlers the fields were collected from (a new tuple after any
         # registration), and the fields.
         self._extra_fields: dict[Resource, tuple[Sequence[BaseHandler], frozenset[FieldPath]]] = {}
+        self._labels_only: dict[
+            Resource, tuple[Sequence[BaseHandler], Sequence[BaseHandler], bool]
+        ] = {}
 
     def __repr__(self) -> str:
         counts = ", ".join(
@@ -250,6 +253,29 @@ class OperatorRegistry:
             fields = frozenset(handler.field for handler in handlers if handler.field is not None)
             cached = self._extra_fields[resource] = (handlers, fields)
         return cached[1]
+
+    def finalizer_follows_labels(self, resource: Resource) -> bool:
+        """Whether the need for our finalizer depends on nothing of an object but its labels.
+
+        True when no handler that requires the finalizer filters by annotations, by a field's
+        value, by a ``when`` callback or by a label callback (any of which may look at the
+        status or the annotations). Then a write of only those leaves the need as it was.
+        """
+        changing = self.get_handlers(ChangingHandler, resource)
+        spawning = self.get_handlers(SpawningHandler, resource)
+        cached = self._labels_only.get(resource)
+        if cached is None or cached[0] is not changing or cached[1] is not spawning:
+            handlers: list[ChangingHandler | SpawningHandler] = [*changing, *spawning]
+            requiring = [h for h in handlers if h.requires_finalizer]
+            static = all(
+                h.when is None
+                and h.annotations is None
+                and h.field is None
+                and not any(callable(value) for value in (h.labels or {}).values())
+                for h in requiring
+            )
+            cached = self._labels_only[resource] = (changing, spawning, static)
+        return cached[2]
 
     # ------------------------------------------------------------------------------- selectors
 

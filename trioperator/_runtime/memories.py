@@ -51,6 +51,10 @@ class ObjectMemory:
     consistency_stalls: float = 0.0
     """The watcher's total stalled time (``Backlog.stalled_time()``) when the deadline was set."""
 
+    settled_version: str | None = None
+    """The version our last cycle wrote when it left nothing to do and its echo is known to be
+    a no-op for the change handling (see ``_engine/echoes.py``): that event is not handled."""
+
     error_count: int = 0
     """Consecutive unexpected errors, to pick the throttling delay."""
 

@@ -15,6 +15,7 @@ from typing import Any
 from trioperator._engine.bodies import Body, RawBody, RawEvent
 from trioperator._engine.causes import (
     ChangingCause,
+    ResourceCause,
     WatchingCause,
     cause_initial,
     detect_changing_cause,
@@ -22,6 +23,7 @@ from trioperator._engine.causes import (
 from trioperator._engine.diffbase import gives_own_essences
 from trioperator._engine.diffs import Diff
 from trioperator._engine.diffs import diff as make_diff
+from trioperator._engine.echoes import echo_is_noop
 from trioperator._engine.errors import ErrorsMode
 from trioperator._engine.finalizers import (
     RemoveFinalizer,
@@ -63,6 +65,13 @@ class CycleOutcome:
     gone: bool = False
     awaiting_daemons: bool = False
     """Daemons still hold the object being deleted: wake up when one of them ends."""
+
+    written: RawBody | None = None
+    """The API server's answer to our last write: the object at ``resource_version``."""
+
+    settled: bool = False
+    """Nothing is left to do, and the echo of our patch (``resource_version``) is known to
+    need no change handling (see ``_engine/echoes.py``)."""
 
 
 async def process_events(
@@ -167,11 +176,23 @@ async def process_changes(
     requires = registry.requires_finalizer(
         resource=resource,
         body=raw_body,
-        kwargs=lambda: {"body": body, "logger": logger, "memo": memory.memo},
+        # As for the handlers themselves (a ``when`` may ask for the status, the name, ...);
+        # made only if some filter is a callback.
+        kwargs=lambda: (
+            ResourceCause(
+                logger=logger,
+                memo=memory.memo,
+                indices=ctx.operator.indices,
+                resource=resource,
+                patch=patch,
+                body=body,
+            ).kwargs
+        ),
         excluded=memory.forever_stopped,
     )
 
     awaiting_daemons = False
+    settled = False
     if requires and not blocked and not deleting:
         # Changing handlers wait for the next cycle: the finalizer must be in place first.
         logger.debug("Adding the finalizer, thus preventing the actual deletion.")
@@ -187,7 +208,7 @@ async def process_changes(
             daemons_delay = await settle_daemons(ctx, memory, logger)
             awaiting_daemons = daemons_delay is not None
         if changing and not (deleting and memory.deletion_handled):
-            delay = await _process_changing_cause(
+            delay, settled = await _process_changing_cause(
                 ctx, event, body, patch, memory, logger, may_release=not awaiting_daemons
             )
         elif deleting and blocked and not awaiting_daemons:
@@ -199,6 +220,25 @@ async def process_changes(
     releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
     outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
     outcome.awaiting_daemons = awaiting_daemons
+    # Daemons are left out: one that exits for good may end the need of the finalizer, which
+    # only the next cycle would see.
+    outcome.settled = (
+        settled
+        and delay is None
+        and not deleting
+        and not spawning
+        and outcome.resource_version is not None
+        and outcome.written is not None
+        and registry.finalizer_follows_labels(resource)
+        and echo_is_noop(
+            before=raw_body,
+            patch=patch,
+            written=outcome.written,
+            diffbase=persistence.diffbase_storage,
+            progress=persistence.progress_storage,
+            extra_fields=registry.get_extra_fields(resource),
+        )
+    )
     if releasing and not memory.pending_fns:
         memory.released = True
     return outcome
@@ -213,9 +253,14 @@ async def _process_changing_cause(
     logger: Logger,
     *,
     may_release: bool = True,
-) -> float | None:
+) -> tuple[float | None, bool]:
     """Detect and handle the changing cause; ``may_release=False`` keeps our finalizer on a
-    deleted object (its daemons are still stopping) even when the delete handlers are done."""
+    deleted object (its daemons are still stopping) even when the delete handlers are done.
+
+    Returns the delay until some handler is due again (``None`` if none is) and whether the
+    cause is settled: handled completely (or there was none), so that the same essence
+    again has nothing to do.
+    """
     registry = ctx.registry
     resource = ctx.resource
     persistence = ctx.settings.persistence
@@ -246,14 +291,14 @@ async def _process_changing_cause(
     )
     initial = cause_initial(reason, initial)
     if reason is Reason.NOOP:
-        logger.debug("Something has changed, but we are not interested (the essence is the same).")
-        return None
+        log_noop(logger)
+        return None, True
     if reason is Reason.FREE:
         logger.debug("Deletion, but we are done with it, and we do not care.")
-        return None
+        return None, False
     if reason is Reason.GONE:
         logger.debug("Deleted, really deleted, and we are notified.")
-        return None
+        return None, False
 
     cause = ChangingCause(
         logger=logger,
@@ -337,7 +382,12 @@ async def _process_changing_cause(
         elif reason is Reason.DELETE:
             # Not again when the daemons are done: the handlers' records are purged already.
             memory.deletion_handled = True
-    return delay
+    return delay, done and reason is not Reason.DELETE
+
+
+def log_noop(logger: Logger) -> None:
+    """The line of a cycle whose essence is the one last handled (or of a skipped echo)."""
+    logger.debug("Something has changed, but we are not interested (the essence is the same).")
 
 
 def _log_progress(
@@ -386,6 +436,7 @@ async def _apply(
         delay=delay,
         patched=version is not None or bool(result.remaining_fns),  # an event is coming
         gone=result.gone,
+        written=result.body if version is not None else None,
     )
 
 

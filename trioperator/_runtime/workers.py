@@ -28,7 +28,13 @@ from trioperator._runtime.daemon_spawning import process_spawning
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import ObjectMemory
-from trioperator._runtime.processing import apply_carried, process_changes, process_events, touch
+from trioperator._runtime.processing import (
+    apply_carried,
+    log_noop,
+    process_changes,
+    process_events,
+    touch,
+)
 from trioperator._runtime.waiting import first_of
 from trioperator._util.ordering import OrderedSlots, current_ticket
 
@@ -308,6 +314,20 @@ async def _serve_busy(
             memory.expected_version = None
             memory.superseded_versions = ()
 
+        settled, memory.settled_version = memory.settled_version, None
+        if (
+            settled is not None
+            and latest["type"] == "MODIFIED"
+            and not carried
+            and _version(latest) == settled
+        ):
+            # The echo of our own write that settled the object: the change handling would
+            # find the essence it has just handled (see _engine/echoes.py).
+            log_noop(objlogger)
+            body = latest["object"]
+            last, latest = latest, None
+            continue
+
         try:
             outcome = await process_changes(ctx, latest, memory, objlogger, carried)
         except Exception as exc:
@@ -329,6 +349,8 @@ async def _serve_busy(
                 return False  # really deleted: no more events can come for this uid
             continue
         _expect(ctx, memory, outcome.resource_version, outcome.earlier_versions)
+        if outcome.settled:
+            memory.settled_version = outcome.resource_version
         if outcome.delay is None:
             continue
         delay = min(max(outcome.delay, 0.0), WAITING_KEEPALIVE_INTERVAL)

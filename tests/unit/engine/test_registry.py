@@ -437,6 +437,37 @@ def test_daemons_and_timers_require_a_finalizer_unless_excluded() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {"when": lambda status, **_: bool(status)},
+        {"annotations": {"example.com/x": PRESENT}},
+        {"field": ("status", "phase")},
+        {"labels": {"app": lambda value, **_: value == "yes"}},
+    ],
+    ids=["when", "annotations", "field", "label-callback"],
+)
+def test_the_finalizer_follows_more_than_the_labels_with_these_filters(
+    filters: dict[str, Any],
+) -> None:
+    registry = OperatorRegistry()
+    registry.append(changing(reason=Reason.DELETE, requires_finalizer=True, **filters))
+    assert not registry.finalizer_follows_labels(KEX)
+
+
+def test_the_finalizer_follows_the_labels_alone_with_plain_filters() -> None:
+    registry = OperatorRegistry()
+    assert registry.finalizer_follows_labels(KEX)
+    registry.append(changing(fn1, reason=Reason.DELETE, requires_finalizer=True, labels={"a": "b"}))
+    registry.append(resource_handler(TimerHandler, fn=fn2, labels={"timer": ABSENT}))
+    # Handlers that do not need the finalizer may filter by anything.
+    registry.append(changing(fn1, id="create", reason=Reason.CREATE, when=lambda **_: True))
+    assert registry.finalizer_follows_labels(KEX)
+    # Registered later: seen at once.
+    registry.append(resource_handler(DaemonHandler, id="daemon", when=lambda **_: True))
+    assert not registry.finalizer_follows_labels(KEX)
+
+
 # ---------------------------------------------------------------------------- default registry
 
 
