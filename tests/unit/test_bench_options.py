@@ -55,3 +55,10 @@ def test_wrong_open_loop_repetitions_are_refused(argv: list[str], capsys: Any) -
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--open-repeat" in err or "cannot be negative" in err
+
+
+def test_the_big_burst_is_repeated_three_times_by_default() -> None:
+    # Kopf's CPU per object moves by 10-30% between runs: the goals take medians.
+    args = run.parse_args([])
+    assert (args.sizes, args.repeats) == ([500, 2000], [2, 3])
+    assert "burst 2000 async x 3" in plan()
