@@ -224,7 +224,7 @@ class ControlPlane:
                 response = conn.getresponse()
                 data = response.read()
                 if response.status in ok or response.status in (404, 409, 422):
-                    return response.status, json.loads(data) if data else None
+                    return response.status, _decoded(data)
                 error = f"HTTP {response.status}: {data[:200]!r}"
             except (OSError, http.client.HTTPException) as exc:
                 error = repr(exc)
@@ -233,6 +233,17 @@ class ControlPlane:
             if time.monotonic() > until:
                 raise AssertionError(f"{method} {path} failed for {deadline}s: {error}")
             time.sleep(0.3)
+
+
+def _decoded(data: bytes) -> Any:
+    """A JSON body, or the text of one that is not JSON: e.g. the plain "404 page not found"
+    of a path the API server does not route yet (a CRD created a moment ago)."""
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode(errors="replace")
 
 
 @pytest.fixture(scope="session")
