@@ -107,7 +107,9 @@ def _counted_names(
 
     A question of names only: which annotations count depends on their names and on the
     other names (the markers of Kopf-based operators), not on the values. The answer for two
-    sets of names is kept: the objects of a resource usually have the same ones.
+    sets of names is kept: the objects of a resource usually have the same ones. It is kept
+    per storage object, whose settings (prefixes, ignored fields) are those of the operator's
+    start, as the startup handlers leave them.
     """
     names = (frozenset(before), frozenset(after))
     key = (id(diffbase), id(progress), kind, *names)
