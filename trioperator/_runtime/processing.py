@@ -220,14 +220,12 @@ async def process_changes(
     releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
     outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
     outcome.awaiting_daemons = awaiting_daemons
-    # Daemons are left out: one that exits for good may end the need of the finalizer, which
-    # only the next cycle would see.
+    # ``settled`` implies no delay and no deletion (see _process_changing_cause); ``written``
+    # is there only with a new version. Daemons are left out: one that exits for good may end
+    # the need of the finalizer, which only the next cycle would see.
     outcome.settled = (
         settled
-        and delay is None
-        and not deleting
         and not spawning
-        and outcome.resource_version is not None
         and outcome.written is not None
         and registry.finalizer_follows_labels(resource)
         and echo_is_noop(
