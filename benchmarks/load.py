@@ -281,6 +281,25 @@ async def run_aiohttp(job: Job, cluster: Cluster) -> None:
                 for method, path, body, ctype in job.requests(index):
                     await send(method, path, body, ctype)
 
+        async def fire(index: int) -> None:
+            job.sent[job.name(index)] = time.monotonic()
+            for method, path, body, ctype in job.requests(index):
+                await send(method, path, body, ctype)
+
+        async def open_loop() -> None:
+            # As in run_httpx2: each create at its own time, in a task of its own.
+            loop = asyncio.get_running_loop()
+            rate = job.args.rate
+            started = loop.time()
+            fired: list[asyncio.Task[None]] = []
+            for index in range(job.args.count):
+                at = started + index / rate
+                if (ahead := at - loop.time()) > 0:
+                    await asyncio.sleep(ahead)
+                job.lags.append(loop.time() - at)
+                fired.append(asyncio.create_task(fire(index)))
+            await asyncio.gather(*fired)
+
         async def warm() -> None:
             async with session.get("/version") as response:
                 await response.read()
@@ -292,7 +311,10 @@ async def run_aiohttp(job: Job, cluster: Cluster) -> None:
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         cpu0 = time.process_time()
         started = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        if job.args.rate:
+            await open_loop()
+        else:
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
         finished = time.monotonic()
         job.report(started, finished, time.process_time() - cpu0, ready_at)
 
@@ -309,14 +331,14 @@ def main() -> None:
         "--rate",
         type=float,
         default=0.0,
-        help="create: an open loop, one object every 1/RATE s, each in its own task (httpx2)",
+        help="create: an open loop, one object every 1/RATE s, each in its own task",
     )
     parser.add_argument("--kubeconfig", default=None)
     parser.add_argument("--wait", action="store_true", help="wait for a line on stdin to start")
     args = parser.parse_args()
 
-    if args.rate and (args.client != "httpx2" or args.mode != "create"):
-        parser.error("--rate is for create with the httpx2 client")
+    if args.rate and args.mode != "create":
+        parser.error("--rate is for create only")
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         cluster = load_cluster(args.kubeconfig, tmp_dir=tmp)
         job = Job(args)

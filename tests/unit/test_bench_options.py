@@ -27,10 +27,10 @@ def plan(*argv: str) -> list[str]:
 def test_the_top_open_loop_rate_is_repeated_three_times_by_default() -> None:
     args = run.parse_args([])
     assert args.open_rates == [40.0, 120.0, 160.0]
-    assert args.open_repeat == [1, 1, 3]
+    assert args.open_repeat == [2, 2, 3]
     assert [p for p in plan() if p.startswith("open loop")] == [
-        "open loop 2400 at 40/s x 1",
-        "open loop 2400 at 120/s x 1",
+        "open loop 2400 at 40/s x 2",
+        "open loop 2400 at 120/s x 2",
         "open loop 2400 at 160/s x 3",
     ]
 
