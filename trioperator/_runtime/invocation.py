@@ -6,10 +6,11 @@ events, daemons, timers, indexers, activities, sub-handlers, webhook handlers. A
 under its flavor (``_engine/flavors.py``): natively in trio, or as an asyncio task on the
 operator's asyncio loop (``asyncio_bridge.py``). Callers pass the handler's ``flavor=`` option.
 
-Sync functions run through ``trio.to_thread.run_sync`` under one ``CapacityLimiter`` per
-operator (``settings.execution.max_workers``). trio copies the context variables into the
-thread, so sub-handler registration and event posting work from sync handlers as well.
-A thread cannot be cancelled: cancellation waits until it returns, so no thread is orphaned.
+Sync functions run in trio's worker threads (``threads.run_in_thread``, a leaner
+``trio.to_thread.run_sync``) under one ``CapacityLimiter`` per operator
+(``settings.execution.max_workers``). The context variables are copied into the thread, so
+sub-handler registration and event posting work from sync handlers as well. A thread cannot
+be cancelled: cancellation waits until it returns, so no thread is orphaned.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import trio
 
 from trioperator._engine.flavors import Flavor, is_async_callable
 from trioperator._runtime.asyncio_bridge import choose_handler_flavor, run_asyncio
+from trioperator._runtime.threads import run_in_thread
 
 DEFAULT_THREAD_LIMIT = 40
 """trio's own default for threads; used when ``settings.execution.max_workers`` is None."""
@@ -53,9 +55,9 @@ async def invoke(
         if choose_handler_flavor(fn, flavor) == "asyncio":
             return await run_asyncio(fn, kwargs)
         return await fn(**kwargs)
-    result = await trio.to_thread.run_sync(
+    result = await run_in_thread(
         functools.partial(_call_sync, fn, kwargs),
-        limiter=limiter,
+        limiter=limiter if limiter is not None else trio.to_thread.current_default_thread_limiter(),
         abandon_on_cancel=abandon_on_cancel,
     )
     # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn):
