@@ -3,19 +3,19 @@
 ``trio.to_thread.run_sync`` does more per call than a handler needs: it names the OS thread
 and renames it back (two ``pthread_setname_np`` calls through ctypes), formats that name from
 the task's, waits a scheduler pass for a free token even when the limiter has plenty, and
-registers the thread for ``trio.from_thread``. On a burst of sync handlers that was about a
-third of the thread hop's CPU (~200 vs. ~130 microseconds a call, measured with
-``benchmarks``' sync operator). Here the same hop is made of trio's public parts only: a
-token of the ``CapacityLimiter`` taken without a pass when one is free,
-``trio.lowlevel.start_thread_soon`` (trio's own thread cache), and the result sent back with
-``TrioToken.run_sync_soon``.
+registers the thread for ``trio.from_thread``. That was about a third of the hop's CPU: ~205
+vs. ~130 microseconds a call with 8 calls in flight on the 2-core benchmark machine.
+Here the same hop is made of trio's public parts only: a token of the ``CapacityLimiter`` taken
+without a pass when one is free, ``trio.lowlevel.start_thread_soon`` (trio's own thread cache),
+and the result sent back with ``TrioToken.run_sync_soon``.
 
 What stays as in ``trio.to_thread.run_sync``: the function runs in a copy of the caller's
 context variables, with sniffio's "current async library" unset (there is no event loop in
 the thread); cancellation is checked before the thread starts; once it runs, a cancellation
 waits for it to return, unless ``abandon_on_cancel``, when the caller leaves at once and the
 thread's token is given back when it ends. What differs: the thread is not known to
-``trio.from_thread`` as the caller's; to call into trio from it, pass ``trio_token=``.
+``trio.from_thread`` as the caller's; to call into trio from it, pass ``trio_token=`` (a
+``trio.lowlevel.current_trio_token()`` taken in the trio thread).
 """
 
 from __future__ import annotations
