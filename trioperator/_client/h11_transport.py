@@ -112,6 +112,7 @@ class Origin:
         "ssl_context",
         "target_base",
         "tls",
+        "tls_session",
     )
 
     def __init__(
@@ -145,6 +146,12 @@ class Origin:
         # What goes before the path in the request line: an HTTP proxy needs the whole URL.
         forwarded = proxy is not None and not self.tls
         self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
+        # The server's latest TLS session ticket, offered by every new direct connection (both
+        # pools share the origin): a resumed handshake skips the certificates and their
+        # signatures, on our side and the server's. A pool grows by dozens of connections in a
+        # burst, and each watch reconnects now and then. A ticket the server no longer takes
+        # only costs the full handshake it would have been anyway.
+        self.tls_session: ssl.SSLSession | None = None
 
 
 class TransportResponse:
@@ -357,13 +364,16 @@ def _decoder_for(encoding: str | None) -> zlib._Decompress | None:
 class _Connection:
     """One HTTP/1.1 connection: a trio stream, and the request in flight (for error messages)."""
 
-    __slots__ = ("_poller", "idle_since", "stream", "what")
+    __slots__ = ("_poller", "idle_since", "stream", "ticket_due", "what")
 
-    def __init__(self, stream: trio.abc.Stream) -> None:
+    def __init__(self, stream: trio.abc.Stream, *, ticket_due: bool = False) -> None:
         self.stream = stream
         self._poller: select.poll | None = None  # for stale()
         self.idle_since = 0.0
         self.what = ""  # the request in flight, for error messages
+        # A new TLS connection to the origin itself (a TLSStream), whose session ticket is
+        # still to be kept for the next ones (see Origin.tls_session).
+        self.ticket_due = ticket_due
 
     def error(self, text: str) -> APIConnectionError:
         self.close()
@@ -639,6 +649,14 @@ class TransportPool:
         return None
 
     def _release(self, conn: _Connection, reader: _ResponseReader) -> None:
+        if conn.ticket_due:
+            # After a whole answer, a TLS 1.3 server's tickets (sent after the handshake) have
+            # been read: keep the newest for the next connections, even if this one closes.
+            conn.ticket_due = False
+            stream = conn.stream
+            session = stream.resumable_session() if isinstance(stream, TLSStream) else None
+            if session is not None:
+                self.origin.tls_session = session
         # Not reusable: the server will close it, the body's end was the connection's, or
         # bytes came after the response (the server is confused; they must not become the
         # start of the next response).
@@ -654,6 +672,7 @@ class TransportPool:
         proxy = origin.proxy
         # The outermost stream open so far: what to close if anything fails on the way.
         stream: trio.abc.Stream | None = None
+        ticket_due = False
         with trio.move_on_after(_NO_TIMEOUT if connect_timeout is None else connect_timeout):
             try:
                 host, port = (
@@ -672,8 +691,11 @@ class TransportPool:
                     assert origin.ssl_context is not None
                     if isinstance(stream, trio.SocketStream):
                         stream = None
-                        stream = await TLSStream.wrap(tcp, origin.ssl_context, origin.server_name)
+                        stream = await TLSStream.wrap(
+                            tcp, origin.ssl_context, origin.server_name, session=origin.tls_session
+                        )
                         stream.read_ahead = self.read_ahead
+                        ticket_due = True
                     else:
                         # TLS inside the TLS to a proxy: no socket of its own, so trio's stream.
                         inner = trio.SSLStream(
@@ -687,6 +709,8 @@ class TransportPool:
             except BaseException as exc:
                 if stream is not None:
                     _close_quietly(stream)
+                if isinstance(exc, ssl.SSLError):
+                    origin.tls_session = None  # the next attempt without a ticket, in case
                 if isinstance(exc, h11.LocalProtocolError):  # e.g. a host h11 cannot send
                     raise APIProtocolError(f"{what}: cannot ask for a tunnel: {exc}") from exc
                 if isinstance(exc, (OSError, trio.BrokenResourceError, ssl.SSLError)):
@@ -695,7 +719,7 @@ class TransportPool:
                         f"{what}: cannot connect{via}: {_describe(exc)}"
                     ) from exc
                 raise
-            return _Connection(stream)
+            return _Connection(stream, ticket_due=ticket_due)
         if stream is not None:
             _close_quietly(stream)
         raise APITimeoutError(f"{what}: cannot connect: no connection in {connect_timeout} seconds")

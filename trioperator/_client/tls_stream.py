@@ -49,9 +49,18 @@ class TLSStream(trio.abc.Stream):
 
     @classmethod
     async def wrap(
-        cls, tcp: trio.SocketStream, context: ssl.SSLContext, server_name: str
+        cls,
+        tcp: trio.SocketStream,
+        context: ssl.SSLContext,
+        server_name: str,
+        *,
+        session: ssl.SSLSession | None = None,
     ) -> TLSStream:
-        """Take over the socket of ``tcp`` (connected) and do the TLS handshake on it."""
+        """Take over the socket of ``tcp`` (connected) and do the TLS handshake on it.
+
+        ``session``: one of this context's earlier sessions with the same server, to resume
+        (the server does a full handshake instead if it does not take it).
+        """
         trio_socket = tcp.socket
         family, kind, proto = trio_socket.family, trio_socket.type, trio_socket.proto
         fd = trio_socket.detach()
@@ -67,6 +76,7 @@ class TLSStream(trio.abc.Stream):
                 server_hostname=server_name,
                 do_handshake_on_connect=False,
                 suppress_ragged_eofs=True,
+                session=session,
             )
         except BaseException:
             raw.close()
@@ -172,6 +182,13 @@ class TLSStream(trio.abc.Stream):
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self.socket)
+
+    def resumable_session(self) -> ssl.SSLSession | None:
+        """The session, if the server gave a ticket (or an id) to resume it with."""
+        session = self.socket.session
+        if session is None or not (session.has_ticket or session.id):
+            return None
+        return session
 
     def pending(self) -> bool:
         """Whether something was received already and waits to be read, unseen by the socket.

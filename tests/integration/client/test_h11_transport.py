@@ -629,6 +629,35 @@ async def test_tls_connection_dropped_mid_body_is_a_connection_error(
     assert server.connections == 2
 
 
+async def test_tls_new_connections_resume_the_servers_last_session(
+    autojump_clock: MockClock, nursery: trio.Nursery
+) -> None:
+    ca = trustme.CA()
+    resumed: list[bool] = []
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        resumed.append(stream.session_reused)  # type: ignore[attr-defined]  # an SSLStream
+        await stream.send_all(ok(b"{}", b"Connection: close"))  # each request: a new connection
+        return False
+
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    try:
+        statuses = [(await http.request("GET", f"/{i}")).status for i in range(3)]
+        # The server forgets its tickets (a restart, new keys): the ticket offered next is not
+        # taken, the handshake is a full one, and the request goes through as ever.
+        server.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(server.context)
+        statuses += [(await http.request("GET", f"/{i}")).status for i in range(3, 5)]
+    finally:
+        await http.aclose()
+    assert statuses == [200] * 5
+    assert server.connections == 5
+    assert resumed == [False, True, True, False, True]
+
+
 async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(
     autojump_clock: MockClock, nursery: trio.Nursery
 ) -> None:
