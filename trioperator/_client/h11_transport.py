@@ -148,9 +148,10 @@ class Origin:
         self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
         # The server's latest TLS session ticket, offered by every new direct connection (both
         # pools share the origin): a resumed handshake skips the certificates and their
-        # signatures, on our side and the server's. A pool grows by dozens of connections in a
-        # burst, and each watch reconnects now and then. A ticket the server no longer takes
-        # only costs the full handshake it would have been anyway.
+        # signatures. It is the server that saves most: a local kube-apiserver spent ~1 instead
+        # of ~3 ms of CPU per new connection (we save ~0.2 ms). A pool grows by dozens of
+        # connections in a burst, and each watch reconnects now and then. A ticket the server
+        # no longer takes only costs the full handshake it would have been anyway.
         self.tls_session: ssl.SSLSession | None = None
 
 
