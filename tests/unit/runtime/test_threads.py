@@ -9,6 +9,7 @@ import threading
 import pytest
 import sniffio
 import trio
+import trio.testing
 from trioperator._runtime.threads import run_in_thread
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
@@ -73,7 +74,7 @@ async def test_no_more_threads_run_at_once_than_the_limiter_has_tokens() -> None
             nursery.start_soon(lambda: run_in_thread(busy, limiter=limiter))
         for _ in range(2):
             await trio.to_thread.run_sync(entered.acquire)
-        await trio.sleep(0.05)  # the other three had their chance to start: they must wait
+        await trio.testing.wait_all_tasks_blocked()  # the other three are parked on the limiter
         assert limiter.statistics().tasks_waiting == 3
         release.set()
     assert most == 2
@@ -89,11 +90,13 @@ async def test_a_caller_cancelled_before_the_start_runs_nothing() -> None:
     assert not ran.is_set()
 
 
-async def test_a_caller_waiting_for_a_token_can_be_cancelled() -> None:
+async def test_a_caller_waiting_for_a_token_can_be_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     limiter = trio.CapacityLimiter(1)
     await limiter.acquire()  # the only token is taken
     ran = threading.Event()
-    with trio.move_on_after(0.05) as scope:
+    with trio.move_on_after(5) as scope:
         await run_in_thread(ran.set, limiter=limiter)
     assert scope.cancelled_caught
     assert not ran.is_set()
@@ -116,7 +119,7 @@ async def test_a_cancellation_waits_for_the_thread_to_return() -> None:
     async def release_when_cancelled(scope: trio.CancelScope) -> None:
         await trio.to_thread.run_sync(started.wait, 10)
         scope.cancel()
-        await trio.sleep(0.05)
+        await trio.testing.wait_all_tasks_blocked()
         assert not finished.is_set()  # the caller is still waiting: the thread runs
         release.set()
 
