@@ -20,8 +20,10 @@ thread's token is given back when it ends. What differs: the thread is not known
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -49,7 +51,6 @@ async def run_in_thread(
     except trio.WouldBlock:
         await limiter.acquire_on_behalf_of(borrower)  # all taken: wait, cancellably
     task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
 
     def report(result: outcome.Outcome[T]) -> None:
         # In the trio thread: the token goes back even if the caller has left (abandoned).
@@ -57,10 +58,10 @@ async def run_in_thread(
         if task is not None:
             trio.lowlevel.reschedule(task, result)
 
+    inbox = _inbox()
+
     def deliver(result: outcome.Outcome[T]) -> None:
-        # In the worker thread. If the run is over already, there is no one to tell.
-        with contextlib.suppress(trio.RunFinishedError):
-            token.run_sync_soon(report, result)
+        inbox.put(report, result)  # in the worker thread
 
     context = contextvars.copy_context()
     context.run(sniffio.current_async_library_cvar.set, None)
@@ -79,6 +80,58 @@ async def run_in_thread(
 
     result: T = await trio.lowlevel.wait_task_rescheduled(abort)
     return result
+
+
+class _Inbox:
+    """The results of the worker threads, taken in the trio thread in batches.
+
+    Waking the trio thread up costs the worker a syscall (``run_sync_soon`` writes to a
+    socket), and the syscall gives the GIL away: the worker then has to win it back from a busy
+    trio thread before it can return to the cache, a switch of a few milliseconds and several
+    context switches. So a result is only queued when a batch is already announced: the trio
+    thread is woken once per batch, and a worker holds the GIL from its job to its idle wait.
+    """
+
+    __slots__ = ("_announced", "_lock", "_results", "_token")
+
+    def __init__(self, token: trio.lowlevel.TrioToken) -> None:
+        self._token = token
+        self._results: collections.deque[tuple[Callable[[Any], None], Any]] = collections.deque()
+        self._lock = threading.Lock()
+        self._announced = False
+
+    def put(self, report: Callable[[Any], None], result: Any) -> None:
+        """In a worker thread: have ``report(result)`` called in the trio thread."""
+        self._results.append((report, result))
+        with self._lock:
+            if self._announced:
+                return  # the announced batch takes this one too
+            self._announced = True
+        # If the run is over already, there is no one to tell.
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(self._take)
+
+    def _take(self) -> None:
+        # In the trio thread. Unannounced first: a result queued after this line announces a
+        # batch of its own; one queued before it is taken below.
+        with self._lock:
+            self._announced = False
+        results = self._results
+        while results:
+            report, result = results.popleft()
+            report(result)
+
+
+_INBOX: trio.lowlevel.RunVar[_Inbox] = trio.lowlevel.RunVar("trioperator_thread_inbox")
+
+
+def _inbox() -> _Inbox:
+    try:
+        return _INBOX.get()
+    except LookupError:
+        inbox = _Inbox(trio.lowlevel.current_trio_token())
+        _INBOX.set(inbox)
+        return inbox
 
 
 class _Borrower:

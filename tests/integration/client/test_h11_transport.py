@@ -18,6 +18,7 @@ import pytest
 import trio
 import trustme
 from trio.testing import MockClock
+from trioperator._client import h11_transport
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
@@ -709,3 +710,25 @@ def test_requests_with_validated_headers_reused_are_h11s_bytes_exactly() -> None
     assert len(pool._validated) == 2  # one set per (headers, body length)
     with pytest.raises(h11.LocalProtocolError, match="Illegal target"):
         pool._serialize("GET", "/with space", headers, None)  # validated each time
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "headers", "body"),
+    [
+        ("GET", "/api/v1/pods", [("Host", "kube.test"), ("Accept", "application/json")], None),
+        ("DELETE", "/x?propagationPolicy=Foreground", [("host", "k:1"), ("X-Empty", "")], None),
+        ("PATCH", "/a/b", [("Accept", "*/*"), ("Host", "k"), ("Content-Length", "0")], b""),
+        ("POST", "/c", [("Host", "k"), ("Content-Length", "9"), ("A", "b")], b'{"a": 1}\n'),
+        ("CONNECT", "kube.test:443", [("Host", "kube.test:443")], None),
+    ],
+)
+def test_requests_are_written_as_an_h11_connection_writes_them(
+    method: str, target: str, headers: list[tuple[str, str]], body: bytes | None
+) -> None:
+    # The transport calls h11's request writer without a connection's state machine; the bytes
+    # must be the ones a fresh h11 connection writes for the same request and body.
+    request = h11.Request(method=method, target=target, headers=headers)
+    assert h11_transport._write is not h11_transport._write_through_connection  # this h11
+    assert h11_transport._write(request, body) == h11_transport._write_through_connection(
+        request, body
+    )

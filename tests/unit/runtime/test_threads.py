@@ -157,3 +157,33 @@ async def test_an_abandoned_thread_runs_on_and_gives_its_token_back_when_it_ends
     release.set()
     with trio.fail_after(10):
         await limiter.acquire()  # given back by the thread's end
+
+
+async def test_results_that_finish_together_while_the_trio_thread_is_busy_reach_their_callers() -> (
+    None
+):
+    # The threads finish while the trio thread cannot take their results (it is blocked here,
+    # without a checkpoint): they are taken in one batch later, each by its own caller.
+    count = 16
+    limiter = trio.CapacityLimiter(count)
+    go = threading.Event()
+    returning = threading.Semaphore(0)
+    results: dict[int, int] = {}
+
+    def work(number: int) -> int:
+        go.wait()
+        returning.release()
+        return number * number
+
+    async def call(number: int) -> None:
+        results[number] = await run_in_thread(lambda: work(number), limiter=limiter)
+
+    async with trio.open_nursery() as nursery:
+        for number in range(count):
+            nursery.start_soon(call, number)
+        await trio.testing.wait_all_tasks_blocked()
+        go.set()
+        for _ in range(count):
+            returning.acquire()  # blocks the trio thread: the results queue up meanwhile
+    assert results == {number: number * number for number in range(count)}
+    assert limiter.borrowed_tokens == 0
