@@ -54,4 +54,6 @@ class WatchingSettings:
     """Pause between the end of one watch stream and the next list/watch."""
 
     inactivity_timeout: float | None = 70.0
-    """If no event (bookmarks included) arrives for this long, reconnect from the last version."""
+    """If no event (bookmarks included) arrives for this long, reconnect from the last version.
+
+    The silence is noticed after this many seconds, or up to 1% later (never earlier)."""
