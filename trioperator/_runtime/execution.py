@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import datetime
+import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -239,7 +240,8 @@ async def _run_handler_once(
 
     kwargs = handler_kwargs(handler, cause=cause, handler_state=handler_state, now=now)
     subrefs: set[HandlerId] = set()
-    logger.debug(f"{name} is invoked.")
+    if logger.isEnabledFor(logging.DEBUG):  # a line per call of every timer: not made for nothing
+        logger.debug(f"{name} is invoked.")
     body_token = handler_body.set(cause.body if isinstance(cause, ResourceCause) else None)
     try:
         result = await _invoke_with_subhandlers(
