@@ -16,13 +16,13 @@ the log (``extras``) and purged together with the active ones.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from trioperator._engine.bodies import Body
+from trioperator._engine.conventions import copy_json
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.patches import Patch
 from trioperator._engine.progress import ProgressRecord, ProgressStorage
@@ -438,6 +438,6 @@ def deliver_results(*, outcomes: Mapping[HandlerId, HandlerOutcome], patch: Patc
             existing = status.get(handler_id)
             if not isinstance(existing, dict):
                 existing = status[handler_id] = {}
-            existing.update(copy.deepcopy(dict(outcome.result)))
+            existing.update(copy_json(dict(outcome.result)))
         else:
-            status[handler_id] = copy.deepcopy(outcome.result)
+            status[handler_id] = copy_json(outcome.result)
