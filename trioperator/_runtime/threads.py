@@ -7,7 +7,8 @@ registers the thread for ``trio.from_thread``. That was about a third of the hop
 vs. ~130 microseconds a call with 8 calls in flight on the 2-core benchmark machine.
 Here the same hop is made of trio's public parts only: a token of the ``CapacityLimiter`` taken
 without a pass when one is free, ``trio.lowlevel.start_thread_soon`` (trio's own thread cache),
-and the result sent back with ``TrioToken.run_sync_soon``.
+and the results sent back with ``TrioToken.run_sync_soon``, several at once when they come
+together (see ``_Inbox``).
 
 What stays as in ``trio.to_thread.run_sync``: the function runs in a copy of the caller's
 context variables, with sniffio's "current async library" unset (there is no event loop in
