@@ -104,6 +104,66 @@ async def test_list_then_watch_sees_every_change(
     ]
 
 
+async def test_the_echo_of_an_echoed_write_is_its_answer_not_decoded_again(
+    example_crd: None, api: APIClient, namespace: str
+) -> None:
+    """The real API server sends our write back byte for byte: the watch hands on the answer.
+
+    A write made without ``echo_after`` (as by someone else) comes decoded from its line. The
+    stream is held back (an unbuffered channel nobody reads) while writing, so that the watch
+    reads the echoes only after the answers: the API server may otherwise send an event before
+    the answer to the write, and the watch then decodes it as any other.
+    """
+    created = await api.create(KOPFEXAMPLES, namespace=namespace, body=_obj("echoed", a=1))
+    send, receive = trio.open_memory_channel[WatchItem](0)
+    answers: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            partial(
+                stream_events, api, KOPFEXAMPLES, namespace, settings=WatchingSettings(), send=send
+            )
+        )
+        with trio.fail_after(30):
+            async for item in receive:
+                if item is LISTED:
+                    # Its event holds the stream back: the watch waits to send it.
+                    other = await api.patch(
+                        KOPFEXAMPLES, namespace=namespace, name="echoed", payload={"spec": {"a": 2}}
+                    )
+                    status = await api.patch(
+                        KOPFEXAMPLES,
+                        namespace=namespace,
+                        name="echoed",
+                        payload={"status": {"done": {"n": 1.5, "text": "d\u00e9j\u00e0 <vu>"}}},
+                        subresource="status",
+                        echo_after=other["metadata"]["resourceVersion"],
+                    )
+                    marked = await api.patch(
+                        KOPFEXAMPLES,
+                        namespace=namespace,
+                        name="echoed",
+                        payload={"metadata": {"annotations": {"mark": json.dumps({"a": 1})}}},
+                        echo_after=status["metadata"]["resourceVersion"],
+                    )
+                    answers = [other, status, marked]
+                    assert len(api.recent_writes) == 2
+                    continue
+                if item["type"] == "MODIFIED":
+                    events.append(item["object"])
+                    if len(events) == 3:
+                        break
+        nursery.cancel_scope.cancel()
+    assert created["metadata"]["resourceVersion"] != answers[0]["metadata"]["resourceVersion"]
+    assert events[0] is not answers[0]
+    assert events[0] == answers[0]
+    assert events[1] is answers[1]
+    assert events[2] is answers[2]
+    assert events[1]["status"] == {"done": {"n": 1.5, "text": "d\u00e9j\u00e0 <vu>"}}
+    assert events[2]["metadata"]["annotations"]["mark"] == '{"a": 1}'
+    assert not api.recent_writes  # both taken by their echoes
+
+
 async def test_bookmarks_advance_the_resume_version(
     example_crd: None, api: APIClient, namespace: str
 ) -> None:

@@ -39,6 +39,7 @@ from trioperator._client.errors import (
     error_from_response,
 )
 from trioperator._client.http import HTTPResponse, HTTPSession, SessionPool
+from trioperator._client.recent_writes import RecentWrites
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
 
@@ -174,6 +175,8 @@ class APIClient:
         self.observer = observer
         """Told of every request's outcome and latency (``None``: nobody is)."""
         self._sessions = SessionPool()
+        self.recent_writes = RecentWrites()
+        """Answers to the framework's own writes, for their watch echoes (see ``patch``)."""
 
     async def __aenter__(self) -> APIClient:
         return self
@@ -475,17 +478,27 @@ class APIClient:
         subresource: str | None = None,
         json_patch: bool = False,
         logger: Logger | None = None,
+        echo_after: str | None = None,
     ) -> dict[str, Any]:
         """Patch an object (or its subresource, e.g. ``status``); return the patched object.
 
         A dict is a merge-patch; a list of operations (or ``json_patch=True``) is a JSON-patch.
+
+        ``echo_after``: the ``resourceVersion`` the caller knows the object by, given when the
+        object comes back on a watch stream of this client and the returned dict is only read,
+        never changed, by the caller. If the write makes a new version (an event), the answer
+        is handed on as the object of that event instead of decoding it (see
+        ``recent_writes.py``).
         """
         path = resource.get_url(namespace=namespace, name=name, subresource=subresource)
         content_type = JSON_PATCH if json_patch or isinstance(payload, list) else MERGE_PATCH
-        result = await self.request(
+        response = await self.request_raw(
             "PATCH", path, payload=payload, content_type=content_type, logger=logger
         )
-        return _expect_dict(result, f"PATCH {path}")
+        result = _expect_dict(_decode(response), f"PATCH {path}")
+        if echo_after is not None:
+            self.recent_writes.remember(response.body, result, unless=echo_after)
+        return result
 
     async def delete(
         self,

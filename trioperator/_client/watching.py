@@ -238,6 +238,7 @@ async def _watch_once(
         params["timeoutSeconds"] = str(max(1, math.ceil(settings.server_timeout)))
     inactivity = settings.inactivity_timeout
     client_timeout = settings.client_timeout
+    recent = api.recent_writes
 
     # Two deadlines: one fixed for the whole request (client_timeout), one that moves with
     # every line received (inactivity). The inactivity one also covers establishing the
@@ -269,16 +270,19 @@ async def _watch_once(
                         now = health.last_activity
                         if now + inactivity > silence.deadline:
                             silence.deadline = now + inactivity * _SILENCE_SLACK
-                    try:
-                        event = decode_watch_line(line)
-                    except WatchLineError as exc:
-                        log.warning(
-                            f"Skipping an undecodable line in the watch-stream of {what}: {exc}"
-                        )
-                        continue
-
-                    obj = event.object
-                    kind = event.type
+                    # The echo of our own write: its object is the answer, already decoded.
+                    echo = recent.take(line)
+                    if echo is not None:
+                        obj, kind = echo, "MODIFIED"
+                    else:
+                        try:
+                            event = decode_watch_line(line)
+                        except WatchLineError as exc:
+                            log.warning(
+                                f"Skipping an undecodable line in the watch-stream of {what}: {exc}"
+                            )
+                            continue
+                        obj, kind = event.object, event.type
                     if kind in _FORWARDED:
                         item: RawWatchEvent = {"type": cast(EventType, kind), "object": obj}
                         try:

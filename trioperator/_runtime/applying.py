@@ -79,17 +79,27 @@ async def apply_patch(
             if debug:
                 logger.debug(f"Patching the status with: {status_patch!r}")
             freshest = await api.patch(
-                resource, namespace=namespace, name=name, payload=status_patch, subresource="status"
+                resource,
+                namespace=namespace,
+                name=name,
+                payload=status_patch,
+                subresource="status",
+                echo_after=_version(freshest),
             )
             written.append(freshest)
         if body_patch:
             if debug:
                 logger.debug(f"Patching with: {body_patch!r}")
-            freshest = await api.patch(resource, namespace=namespace, name=name, payload=body_patch)
+            freshest = await api.patch(
+                resource,
+                namespace=namespace,
+                name=name,
+                payload=body_patch,
+                echo_after=_version(freshest),
+            )
             written.append(freshest)
         if patch.fns:
-            rv = (freshest.get("metadata") or {}).get("resourceVersion")
-            ops = build_json_patch(freshest, patch.fns, resource_version=rv)
+            ops = build_json_patch(freshest, patch.fns, resource_version=_version(freshest))
             main_ops, status_ops = (
                 split_json_patch_status(ops) if "status" in resource.subresources else (ops, [])
             )
@@ -104,17 +114,22 @@ async def apply_patch(
                         payload=status_ops,
                         json_patch=True,
                         subresource="status",
+                        echo_after=_version(freshest),
                     )
                     written.append(freshest)
                 if main_ops:
                     if status_ops and main_ops[0].get("op") == "test":
                         # The first part changed the version: guard against later changes only.
-                        new_rv = (freshest.get("metadata") or {}).get("resourceVersion")
-                        main_ops[0] = {**main_ops[0], "value": new_rv}
+                        main_ops[0] = {**main_ops[0], "value": _version(freshest)}
                     if debug:
                         logger.debug(f"Patching with JSON-patch: {main_ops!r}")
                     freshest = await api.patch(
-                        resource, namespace=namespace, name=name, payload=main_ops, json_patch=True
+                        resource,
+                        namespace=namespace,
+                        name=name,
+                        payload=main_ops,
+                        json_patch=True,
+                        echo_after=_version(freshest),
                     )
                     written.append(freshest)
             except APIUnprocessableEntityError as exc:
@@ -128,9 +143,13 @@ async def apply_patch(
         return result
     if freshest is not body:
         result.body = freshest
-        result.resource_version = (freshest.get("metadata") or {}).get("resourceVersion")
+        result.resource_version = _version(freshest)
         for answer in written[:-1]:
             version = (answer.get("metadata") or {}).get("resourceVersion")
             if isinstance(version, str) and version != result.resource_version:
                 result.earlier_versions.append(version)
     return result
+
+
+def _version(body: RawBody) -> str | None:
+    return (body.get("metadata") or {}).get("resourceVersion")

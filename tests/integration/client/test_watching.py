@@ -226,6 +226,33 @@ async def test_events_advance_the_resume_version(
     assert [r.param("resourceVersion") for r in server.requests] == [None, "100", "107"]
 
 
+async def test_the_echo_of_our_own_write_brings_the_answer_and_still_advances(
+    autojump_clock: MockClock, api: APIClient, server, watching: WatchingSettings
+) -> None:
+    written = {**obj("a", "105"), "status": {"done": True}}
+    raw = json.dumps(written, separators=(",", ":")).encode()
+    api.recent_writes.remember(raw, written)
+    server.handler = server.hang
+    server.script(
+        server.json(listing("100", obj("a", "90"))),
+        server.stream(
+            [
+                b'{"type":"MODIFIED","object":' + raw + b"}\n",
+                *server.lines(event("MODIFIED", "b", "106")),
+            ]
+        ),
+    )
+    items = await run_watch(api, watching)
+    assert shapes(items) == [(None, "a"), LISTED, ("MODIFIED", "a"), ("MODIFIED", "b")]
+    echoed, other = items[2], items[3]
+    assert not isinstance(echoed, Listed)
+    assert not isinstance(other, Listed)
+    assert echoed["object"] is written
+    assert other["object"] == obj("b", "106")
+    assert not api.recent_writes
+    assert [r.param("resourceVersion") for r in server.requests] == [None, "100", "106"]
+
+
 async def test_server_closing_the_stream_resumes_after_the_backoff(
     autojump_clock: MockClock, api: APIClient, server, watching: WatchingSettings
 ) -> None:
