@@ -18,8 +18,7 @@ has come already -- the API server may send the event before the answer, and the
 it first: the versions of the last :data:`MAX_MISSED` ``MODIFIED`` lines that matched nothing are
 kept for that. An answer whose echo never comes for another reason (a relisting that skipped the
 version) stays until newer answers push it out: at most :data:`MAX_KEPT` answers are kept, the
-oldest go first. A line that matches nothing
-costs a search for its version and one dict lookup.
+oldest go first. A line that matches nothing costs a search for its version and a dict lookup.
 """
 
 from __future__ import annotations

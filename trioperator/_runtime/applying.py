@@ -145,7 +145,7 @@ async def apply_patch(
         result.body = freshest
         result.resource_version = _version(freshest)
         for answer in written[:-1]:
-            version = (answer.get("metadata") or {}).get("resourceVersion")
+            version = _version(answer)
             if isinstance(version, str) and version != result.resource_version:
                 result.earlier_versions.append(version)
     return result
