@@ -8,7 +8,8 @@ operator's asyncio loop (``asyncio_bridge.py``). Callers pass the handler's ``fl
 
 Sync functions run in trio's worker threads (``threads.run_in_thread``, a leaner
 ``trio.to_thread.run_sync``) under one ``CapacityLimiter`` per operator
-(``settings.execution.max_workers``). The context variables are copied into the thread, so
+(``settings.execution.max_workers``); a function whose last call was quick is waited for in
+place, for at most half a millisecond. The context variables are copied into the thread, so
 sub-handler registration and event posting work from sync handlers as well. A thread cannot
 be cancelled: cancellation waits until it returns, so no thread is orphaned.
 """
@@ -59,6 +60,7 @@ async def invoke(
         functools.partial(_call_sync, fn, kwargs),
         limiter=limiter if limiter is not None else trio.to_thread.current_default_thread_limiter(),
         abandon_on_cancel=abandon_on_cancel,
+        known_as=fn,
     )
     # A sync function may still return an awaitable (e.g. a lambda around a coroutine fn):
     # it is awaited under the flavor of the function that made it.

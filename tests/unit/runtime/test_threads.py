@@ -1,15 +1,21 @@
 """Sync functions in worker threads (``run_in_thread``): results, errors, context, the limiter,
-cancellation."""
+cancellation, quick calls waited for in place."""
 
 from __future__ import annotations
 
 import contextvars
+import signal
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
+import outcome
 import pytest
 import sniffio
 import trio
 import trio.testing
+from trioperator._runtime import threads
 from trioperator._runtime.threads import run_in_thread
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
@@ -187,3 +193,166 @@ async def test_results_that_finish_together_while_the_trio_thread_is_busy_reach_
             returning.acquire()  # blocks the trio thread: the results queue up meanwhile
     assert results == {number: number * number for number in range(count)}
     assert limiter.borrowed_tokens == 0
+
+
+# ------------------------------------------------------------- quick calls, waited for in place
+
+
+async def test_a_quick_call_is_waited_for_in_place_before_the_loop_runs_anything_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads, "QUICK_WAIT", 10.0)  # no machine is that slow
+    other_ran = threading.Event()
+
+    async def other() -> None:
+        other_ran.set()
+
+    def quick() -> bool:
+        # Waited for in place, the trio thread is blocked: the other task cannot run yet.
+        return other_ran.wait(0.2)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)  # ready to run at the next checkpoint of this task
+        ran_meanwhile = await run_in_thread(quick, limiter=trio.CapacityLimiter(1), known_as=quick)
+    assert ran_meanwhile is False
+    assert other_ran.is_set()
+
+
+async def test_a_function_slower_than_the_wait_is_not_waited_for_in_place_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads, "QUICK_WAIT", 1.0)
+    limiter = trio.CapacityLimiter(1)
+    freed = threading.Event()
+    blocked: list[float] = []
+
+    def slow() -> None:
+        # Returns when a trio task frees it; the time it waited shows whether the trio thread
+        # was blocked in the meantime.
+        started = time.monotonic()
+        freed.wait(30)
+        blocked.append(time.monotonic() - started)
+
+    async def free() -> None:
+        freed.set()
+
+    for _ in range(2):
+        freed.clear()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(free)
+            await run_in_thread(slow, limiter=limiter, known_as=slow)
+    # The first call is unknown, so it is waited for: up to the whole second. It ran longer
+    # than half of it, so the second is not: the trio thread goes on and frees it at once.
+    assert blocked[0] >= 0.9
+    assert blocked[1] < 0.9
+    assert limiter.borrowed_tokens == 0
+
+
+async def test_an_error_of_a_quick_call_is_raised_in_place_and_the_token_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads, "QUICK_WAIT", 10.0)
+    limiter = trio.CapacityLimiter(1)
+
+    def failing() -> None:
+        raise LookupError("quick and wrong")
+
+    with pytest.raises(LookupError, match="quick and wrong"):
+        await run_in_thread(failing, limiter=limiter, known_as=failing)
+    assert limiter.borrowed_tokens == 0
+
+
+async def test_a_signal_raising_during_the_wait_in_place_leaves_and_the_token_comes_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads, "QUICK_WAIT", 10.0)
+    limiter = trio.CapacityLimiter(1)
+    release = threading.Event()
+    main_thread = threading.get_ident()
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def interrupting() -> str:
+        time.sleep(0.1)  # the trio thread is in its wait by then (it takes microseconds)
+        signal.pthread_kill(main_thread, signal.SIGUSR1)  # the trio thread is blocked: EINTR
+        release.wait(10)
+        return "done"
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(Interrupted):
+            await run_in_thread(interrupting, limiter=limiter, known_as=interrupting)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert limiter.borrowed_tokens == 1  # the thread runs on and holds it
+    release.set()
+    with trio.fail_after(10):
+        await limiter.acquire()  # given back when the thread ends
+
+
+async def test_a_call_that_ends_before_the_trio_thread_starts_waiting_is_still_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def start_and_finish(job: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
+        # The thread ends, and hands its result over, before start_thread_soon() returns.
+        thread = threading.Thread(target=lambda: deliver(outcome.capture(job)))
+        thread.start()
+        thread.join()
+
+    monkeypatch.setattr(trio.lowlevel, "start_thread_soon", start_and_finish)
+    limiter = trio.CapacityLimiter(1)
+
+    def quick() -> str:
+        return "already done"
+
+    with trio.fail_after(10):  # (abandoned on cancel: a lost result fails, not hangs)
+        result = await run_in_thread(quick, limiter=limiter, known_as=quick, abandon_on_cancel=True)
+    assert result == "already done"
+    assert limiter.borrowed_tokens == 0
+
+
+def test_a_result_handed_over_after_the_wait_ended_is_refused() -> None:
+    call = threads._Call(lambda: None, contextvars.copy_context(), in_place=True)
+    assert call.wait(0.001) is None  # nothing came in time: the trio thread goes on
+    assert not call.hand_over(outcome.Value("late"))  # so the result takes the loop's way
+    assert not call.handed_over
+
+
+def test_a_result_handed_over_before_the_wait_is_taken_at_once() -> None:
+    call = threads._Call(lambda: None, contextvars.copy_context(), in_place=True)
+    assert call.hand_over(outcome.Value("early"))
+    taken = call.wait(10)
+    assert taken is not None
+    assert taken.unwrap() == "early"
+
+
+def test_a_call_not_waited_for_in_place_refuses_every_hand_over() -> None:
+    call = threads._Call(lambda: None, contextvars.copy_context(), in_place=False)
+    assert not call.hand_over(outcome.Value("any"))
+
+
+def test_durations_tell_quick_functions_from_slow_ones_and_stay_bounded() -> None:
+    durations = threads._Durations()
+
+    def quick() -> None: ...
+    def slow() -> None: ...
+
+    assert durations.quick(quick)  # unknown: quick until shown otherwise
+    durations.record(quick, threads.QUICK_WAIT / 10)
+    durations.record(slow, threads.QUICK_WAIT)
+    assert durations.quick(quick)
+    assert not durations.quick(slow)
+    durations.record(slow, 0.0)  # got quick again
+    assert durations.quick(slow)
+
+    durations.record(slow, 1.0)
+    keep = [object() for _ in range(threads._Durations.LIMIT)]
+    for key in keep:
+        durations.record(key, 1.0)
+    # Full: cleared, so what was known is forgotten (unknown counts as quick).
+    assert durations.quick(slow)
+    assert len(durations) <= threads._Durations.LIMIT
