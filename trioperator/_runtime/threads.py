@@ -109,7 +109,11 @@ async def run_in_thread(
                 limiter.release_on_behalf_of(borrower)  # report() will not run for it
             task = None
             raise
-        if quick is not None:
+        if quick is None:
+            # Marked slow now, not when it ends: the calls that start meanwhile (sync daemons,
+            # a burst of slow handlers) do not block the trio thread each.
+            durations.record(known_as, QUICK_WAIT)
+        else:
             # Reported through the run's queue of calls from other threads, as a result that
             # comes the loop's way is: what the thread put there before it returned (e.g. the
             # events it posted) is taken first, so the caller sees the same order either way.

@@ -248,6 +248,38 @@ async def test_a_function_slower_than_the_wait_is_not_waited_for_in_place_again(
     assert limiter.borrowed_tokens == 0
 
 
+async def test_calls_that_start_while_a_slow_one_runs_are_not_waited_for_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The durations are only known when a call ends: a call that outlasts the wait marks its
+    # function slow at once, or every call started meanwhile (sync daemons, a burst of slow
+    # handlers) would block the trio thread for the whole wait.
+    monkeypatch.setattr(threads, "QUICK_WAIT", 1.0)
+    limiter = trio.CapacityLimiter(2)
+    first, second = threading.Event(), threading.Event()
+    blocked: dict[str, float] = {}
+
+    def slow(event: threading.Event, label: str) -> None:
+        started = time.monotonic()
+        event.wait(30)
+        blocked[label] = time.monotonic() - started
+
+    async def free(event: threading.Event) -> None:
+        event.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: run_in_thread(lambda: slow(first, "first"), limiter=limiter, known_as=slow)
+        )
+        await trio.testing.wait_all_tasks_blocked()  # the first has waited its second, and left
+        nursery.start_soon(free, second)
+        await run_in_thread(lambda: slow(second, "second"), limiter=limiter, known_as=slow)
+        first.set()
+    assert blocked["second"] < 0.9
+    assert blocked["first"] >= 0.9
+    assert limiter.borrowed_tokens == 0
+
+
 async def test_an_error_of_a_quick_call_is_raised_in_place_and_the_token_returned(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
