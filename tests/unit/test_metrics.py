@@ -14,11 +14,11 @@ from trioperator._engine.progression import HandlerOutcome
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.httpserver import Request
 from trioperator._runtime.mailboxes import Mailbox
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.metrics import OperatorMetrics, metrics_response
 from trioperator._runtime.operator import Operator, check_endpoints
-from trioperator._util.httpserver import Request
 
 THINGS = Resource(group="example.dev", version="v1", plural="things", kind="Thing")
 LABEL = "things.v1.example.dev"

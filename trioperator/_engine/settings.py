@@ -28,6 +28,7 @@ __all__ = [
     "ProcessSettings",
     "QueueingSettings",
     "ScanningSettings",
+    "ServingSettings",
     "ShardingSettings",
     "WatchingSettings",
 ]
@@ -169,6 +170,69 @@ class AdmissionSettings:
 
 
 @dataclasses.dataclass
+class ServingSettings:
+    """Beyond Kopf: the bounds of the operator's servers (webhooks, liveness, metrics), which
+    face peers it does not trust (``trioperator._runtime.httpserver``).
+
+    Timeouts are in seconds; each bounds a whole phase, not a single read, so a peer that sends
+    a byte now and then gains nothing. ``None`` disables a timeout or a cap (not advisable for
+    servers reachable from the cluster). They are read when a server starts.
+    """
+
+    handshake_timeout: float | None = 10.0
+    """For the TLS handshake of a new connection."""
+
+    idle_timeout: float | None = 30.0
+    """For the first byte of a request: of a new connection's first request, and between
+    requests on a kept-alive one. A connection that stays silent longer is closed."""
+
+    header_timeout: float | None = 10.0
+    """For a request's whole head (request line and headers), from its first byte."""
+
+    body_timeout: float | None = 30.0
+    """For a request's whole body, from the end of its head (waiting for the memory budget
+    included). The API server gives a webhook at most 30 seconds for the whole review."""
+
+    send_timeout: float | None = 30.0
+    """For writing one response (each part of a streamed one) to a peer that does not read."""
+
+    max_connections: int | None = 100
+    """Connections served at once by one listener; more are closed as soon as accepted."""
+
+    max_header_size: int = 64 * 1024
+    """Bytes of a request's head (431 beyond)."""
+
+    max_body_size: int = 16 * 1024 * 1024
+    """Bytes of one request's body (413 beyond, checked against ``Content-Length`` before
+    reading). The API server accepts objects of up to 3 MiB in a request, and a review of an
+    update carries the object and the old object: 16 MiB leaves room for both in JSON."""
+
+    max_buffered: int | None = 16 * 1024 * 1024
+    """Bytes of request bodies in memory at once, over all connections of one server; a
+    request whose body does not fit waits (within ``body_timeout``) for others to finish.
+    Decoded, a review takes several times its size: this keeps a burst of large reviews
+    within a small pod's memory."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if value is None and name in _OPTIONAL_SERVING:
+            pass
+        elif name in _SERVING_SIZES and not _is_positive_integer(value):
+            raise ValueError(f"serving.{name} must be a positive integer (bytes or a count).")
+        elif name in _SERVING_TIMEOUTS and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        ):
+            raise ValueError(f"serving.{name} must be a positive number of seconds.")
+        super().__setattr__(name, value)
+
+
+_SERVING_TIMEOUTS = frozenset(
+    {"handshake_timeout", "idle_timeout", "header_timeout", "body_timeout", "send_timeout"}
+)
+_SERVING_SIZES = frozenset({"max_connections", "max_header_size", "max_body_size", "max_buffered"})
+_OPTIONAL_SERVING = _SERVING_TIMEOUTS | {"max_connections", "max_buffered"}
+
+
+@dataclasses.dataclass
 class ExecutionSettings:
     default_backoff: float = 60
     """The retry delay after an arbitrary exception in a handler without its own ``backoff``."""
@@ -241,6 +305,7 @@ class OperatorSettings:
     networking: NetworkingSettings = dataclasses.field(default_factory=NetworkingSettings)
     persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
     sharding: ShardingSettings = dataclasses.field(default_factory=ShardingSettings)
+    serving: ServingSettings = dataclasses.field(default_factory=ServingSettings)
 
     @property
     def batching(self) -> QueueingSettings:

@@ -77,6 +77,7 @@ from trioperator._engine.webhooks import (
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.loggers import LocalObjectLogger
 from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._runtime.webhook_serving import serving_limits
 from trioperator._wire.admission import (
     AdmissionReview,
     ReviewDecodeError,
@@ -94,6 +95,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+DECODE_IN_THREAD: Final = 256 * 1024
+"""Reviews larger than this (bytes) are decoded in a worker thread: a review of megabytes
+takes milliseconds to decode, during which the event loop would serve nothing else (other
+reviews, probes, watches)."""
 
 CLEANUP_TIMEOUT: Final = 10.0
 """How long removing the non-persistent webhooks may take on exit (it runs shielded)."""
@@ -212,7 +218,10 @@ class AdmissionServing:
         sslpeer: SSLPeer | None,
     ) -> dict[str, Any]:
         try:
-            review = decode_review(request)
+            if isinstance(request, bytes) and len(request) > DECODE_IN_THREAD:
+                review = await trio.to_thread.run_sync(decode_review, request)
+            else:
+                review = decode_review(request)
         except ReviewDecodeError as exc:
             raise WebhookRejected(str(exc), status=400) from None
         handler_id = resolve_webhook_id(self.registry, webhook)
@@ -366,6 +375,8 @@ async def run_admission(
         )
 
     send, receive = trio.open_memory_channel[WebhookClientConfig](math.inf)
+    # Inherited by the server's tasks: a user-built server kit knows no settings.
+    serving_limits.set(settings.serving)
     async with trio.open_nursery() as serving:
         await serving.start(partial(_run_server, server, fn, send), name="admission server")
         try:

@@ -43,9 +43,10 @@ from trioperator._client.watching import WatchHealth, WatchItem
 from trioperator._engine.errors import HandlerTimeoutError
 from trioperator._engine.handlers import DaemonHandler, SpawningHandler
 from trioperator._engine.progression import HandlerOutcome
+from trioperator._engine.settings import ServingSettings
 from trioperator._runtime.gates import OperatorPause
+from trioperator._runtime.httpserver import Request, Response, for_queries, serve_http
 from trioperator._util.endpoints import parse_endpoint
-from trioperator._util.httpserver import Request, Response, serve_http
 
 if TYPE_CHECKING:
     # At run time, imported when the metrics are first read (see the module's docstring).
@@ -565,6 +566,7 @@ async def serve_metrics(
     *,
     endpoint: str,
     metrics: OperatorMetrics,
+    limits: ServingSettings,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the metrics at ``endpoint`` (``http://host:port/path``) until cancelled.
@@ -574,7 +576,8 @@ async def serve_metrics(
     host, port, path = parse_endpoint(endpoint, what="metrics")
     handle = partial(_handle, path, metrics)
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(serve_http, handle, host=host, port=port))
+        serve = partial(serve_http, handle, host=host, port=port, limits=for_queries(limits))
+        listeners = await nursery.start(serve)
         bound: int = listeners[0].socket.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         logger.info(f"Serving the metrics at http://{shown}:{bound}{path}")

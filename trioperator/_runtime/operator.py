@@ -87,6 +87,7 @@ from trioperator._runtime.admission import AdmissionServing, run_admission
 from trioperator._runtime.asyncio_bridge import run_with_asyncio
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
+from trioperator._runtime.httpserver import Handler, Request, Response
 from trioperator._runtime.invocation import DEFAULT_THREAD_LIMIT, make_limiter
 from trioperator._runtime.metrics import OperatorMetrics, metrics_response, serve_metrics
 from trioperator._runtime.orchestration import Orchestration, run_orchestrator
@@ -100,7 +101,6 @@ from trioperator._runtime.posting import (
 from trioperator._runtime.probing import serve_liveness
 from trioperator._runtime.sharding import run_sharding
 from trioperator._util.endpoints import parse_endpoint
-from trioperator._util.httpserver import Handler, Request, Response
 
 logger = logging.getLogger("trioperator")
 
@@ -290,7 +290,12 @@ class Operator:
                     self.metrics_port = self.liveness_port
                 elif self.metrics_endpoint is not None:
                     self.metrics_port = await root.start(
-                        partial(serve_metrics, endpoint=self.metrics_endpoint, metrics=self.metrics)
+                        partial(
+                            serve_metrics,
+                            endpoint=self.metrics_endpoint,
+                            metrics=self.metrics,
+                            limits=settings.serving,
+                        )
                     )
                 await root.start(self._run_authenticator, execution)
                 api = self.api = context.api = APIClient(

@@ -39,8 +39,8 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
 from trioperator._runtime.execution import Execution
+from trioperator._runtime.httpserver import Handler, Request, Response, for_queries, serve_http
 from trioperator._util.endpoints import parse_endpoint
-from trioperator._util.httpserver import Handler, Request, Response, serve_http
 
 __all__ = [
     "PROBE_CACHE_TTL",
@@ -168,7 +168,9 @@ async def serve_liveness(
         return _json(500, body)
 
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(serve_http, handle, host=host, port=port))
+        limits = for_queries(settings.serving)
+        serve = partial(serve_http, handle, host=host, port=port, limits=limits)
+        listeners = await nursery.start(serve)
         bound = listeners[0].socket.getsockname()[1]
         logger.info(f"Serving the liveness endpoint at http://{_netloc(host, bound)}{path}")
         task_status.started(bound)

@@ -21,6 +21,7 @@ tunnel's address instead of the local one, and follow the local server's restart
 from __future__ import annotations
 
 import base64
+import contextvars
 import dataclasses
 import hashlib
 import ipaddress
@@ -35,6 +36,7 @@ from typing import Final, TypeAlias
 import msgspec
 import trio
 
+from trioperator._engine.settings import ServingSettings
 from trioperator._engine.webhooks import (
     TrioWebhookServer,
     WebhookClientConfig,
@@ -42,7 +44,7 @@ from trioperator._engine.webhooks import (
     WebhookFn,
     WebhookRejected,
 )
-from trioperator._util.httpserver import Handler, Request, Response, serve_http
+from trioperator._runtime.httpserver import Handler, Request, Response, serve_http
 
 __all__ = [
     "RETIRED_GRACE",
@@ -55,9 +57,15 @@ __all__ = [
     "serve_relayed",
     "serve_translated",
     "serve_webhooks",
+    "serving_limits",
 ]
 
 logger = logging.getLogger("trioperator.webhooks")
+
+serving_limits: contextvars.ContextVar[ServingSettings] = contextvars.ContextVar("serving_limits")
+"""The limits of the webhook servers started in this context: the operator sets its
+``settings.serving`` before it starts its admission server, whose kit (built by the user, with
+no access to the settings) serves through :func:`serve_webhooks`."""
 
 StrPath: TypeAlias = str | os.PathLike[str]
 """A file name as ``open()`` takes it (the certificate, key and CA files)."""
@@ -105,6 +113,7 @@ async def serve_webhooks(
     check_interval: float = 60.0,
     grace: float = RETIRED_GRACE,
     service: WebhookClientConfigService | None = None,
+    limits: ServingSettings | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve admission reviews until cancelled (see the module's docstring).
@@ -113,11 +122,13 @@ async def serve_webhooks(
     Service (e.g. ``{"namespace": "ns", "name": "hooks", "port": 443, "path": "/x"}``) instead
     of the URL of this listener.
 
-    ``addr`` is the address to listen on (``None``: every interface), ``path`` the root path of
-    the webhooks (``""`` or ``/a/b``, no trailing slash), ``host`` the name the API server
-    reaches the listener by. Errors of the initial ``build`` (a missing file, a wrong password)
-    propagate: the operator cannot serve with them. After a restart, the previous listener's
-    connections have ``grace`` seconds to finish their reviews.
+    ``limits`` bound the connections (default: :data:`serving_limits` of the operator, else
+    the defaults of ``ServingSettings``). ``addr`` is the address to listen on (``None``: every
+    interface), ``path`` the root path of the webhooks (``""`` or ``/a/b``, no trailing
+    slash), ``host`` the name the API server reaches the listener by. Errors of the initial
+    ``build`` (a missing file, a wrong password) propagate: the operator cannot serve with
+    them. After a restart, the previous listener's connections have ``grace`` seconds to
+    finish their reviews.
     """
     # The digest first: files renewed while the setup is built then count as a change.
     digest = await _digest(watched)
@@ -125,10 +136,14 @@ async def serve_webhooks(
     if not port:
         port = await _free_port(addr)
     handler = partial(_handle, fn, path)
+    if limits is None:
+        limits = serving_limits.get(None) or ServingSettings()
     started = False
     async with trio.open_nursery() as nursery:
         while True:
-            generation = _Generation(handler, host=addr, port=port, context=setup.context)
+            generation = _Generation(
+                handler, host=addr, port=port, context=setup.context, limits=limits
+            )
             await nursery.start(generation.run, grace)
             scheme = "http" if setup.context is None else "https"
             url = build_url(scheme, host, port, path)
@@ -159,9 +174,17 @@ class _Generation:
     """
 
     def __init__(
-        self, handler: Handler, *, host: str | None, port: int, context: ssl.SSLContext | None
+        self,
+        handler: Handler,
+        *,
+        host: str | None,
+        port: int,
+        context: ssl.SSLContext | None,
+        limits: ServingSettings,
     ) -> None:
-        self._serve = partial(serve_http, handler, host=host, port=port, ssl_context=context)
+        self._serve = partial(
+            serve_http, handler, host=host, port=port, ssl_context=context, limits=limits
+        )
         self._accepting = trio.CancelScope()
         self._retired = trio.Event()
         self._not_accepting = trio.Event()
@@ -239,8 +262,10 @@ async def _free_port(addr: str | None) -> int:
         port: int = listeners[0].socket.getsockname()[1]
         return port
     finally:
+        # Closed without a checkpoint: a cancellation between two listeners (an operator
+        # stopping while it starts) must not leave the second one open.
         for listener in listeners:
-            await listener.aclose()
+            listener.socket.close()
 
 
 async def _wait_for_renewal(

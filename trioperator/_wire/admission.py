@@ -92,7 +92,9 @@ def decode_review(payload: bytes | Mapping[str, Any]) -> AdmissionReview:
             review = msgspec.convert(payload, AdmissionReview)
     except msgspec.ValidationError as exc:
         raise ReviewDecodeError(f"Not an AdmissionReview request: {exc}.") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
+        # Invalid UTF-8 in a string and nesting deeper than the interpreter's recursion limit
+        # are broken input too, not failures of the operator.
         excerpt = bytes(payload[:_EXCERPT]) if not isinstance(payload, Mapping) else b""
         raise ReviewDecodeError(f"The review is not valid JSON ({exc}): {excerpt!r}") from None
     if review.kind != "AdmissionReview":

@@ -40,8 +40,14 @@ import trio
 import yaml
 
 from trioperator._engine.patches import apply_merge_patch
+from trioperator._runtime.httpserver import (
+    UNBOUNDED,
+    DropConnection,
+    Request,
+    Response,
+    serve_http,
+)
 from trioperator._util.clock import now as operator_now
-from trioperator._util.httpserver import DropConnection, Request, Response, serve_http
 from trioperator.testing._fakestore import (
     Change,
     FieldSelector,
@@ -447,7 +453,13 @@ class FakeAPI:
         """Serve until cancelled; ``nursery.start(api.run)`` returns once it accepts requests."""
         async with trio.open_nursery() as nursery:
             listeners: list[trio.SocketListener] = await nursery.start(
-                partial(serve_http, self._handle, host=self.host, port=self._bind_port)
+                partial(
+                    serve_http,
+                    self._handle,
+                    host=self.host,
+                    port=self._bind_port,
+                    limits=UNBOUNDED,
+                )
             )
             self._port = listeners[0].socket.getsockname()[1]
             task_status.started(self)

@@ -21,7 +21,7 @@ import trio
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.settings import NetworkingSettings
-from trioperator._util.httpserver import DropConnection, Request, Response, serve_http
+from trioperator._runtime.httpserver import UNBOUNDED, DropConnection, Request, Response, serve_http
 
 Responder = Response | Callable[[Request], Awaitable[Response]] | BaseException
 
@@ -160,7 +160,12 @@ def start_server(nursery: trio.Nursery) -> ServerStarter:
     async def start(ssl_context: ssl.SSLContext | None = None) -> ScriptedServer:
         scripted = ScriptedServer()
         serve = partial(
-            serve_http, scripted.handle, host="127.0.0.1", port=0, ssl_context=ssl_context
+            serve_http,
+            scripted.handle,
+            host="127.0.0.1",
+            port=0,
+            limits=UNBOUNDED,
+            ssl_context=ssl_context,
         )
         listeners = await nursery.start(serve)
         scripted.port = listeners[0].socket.getsockname()[1]

@@ -29,7 +29,7 @@ from trioperator._kits.webhooks import (
     WebhookNgrokTunnel,
     WebhookServer,
 )
-from trioperator._util.httpserver import Request, Response, serve_http
+from trioperator._runtime.httpserver import UNBOUNDED, Request, Response, serve_http
 
 from .conftest import Recorder, post, running, write_server_files
 
@@ -124,7 +124,9 @@ async def fake_cluster(
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(
-            partial(serve_http, handle, host="127.0.0.1", port=0, ssl_context=context)
+            partial(
+                serve_http, handle, host="127.0.0.1", port=0, limits=UNBOUNDED, ssl_context=context
+            )
         )
         port = listeners[0].socket.getsockname()[1]
         server = f"https://127.0.0.1:{port}"
