@@ -39,12 +39,13 @@ certificate renewal) and yield the tunnel's; the server then advertises what it 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
 import pathlib
 import ssl
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator
 from functools import partial
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -406,14 +407,9 @@ class WebhookServer(_LocalEndpoint):
         chain = b"".join(pem.bytes() for pem in cert.cert_chain_pems) + ca.cert_pem.bytes()
         key: bytes = cert.private_key_pem.bytes()
         if password is not None:
-            from cryptography.hazmat.primitives import serialization
-
-            private = serialization.load_pem_private_key(key, password=None)
-            key = private.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.BestAvailableEncryption(password.encode("utf-8")),
-            )
+            with _needing_cryptography():
+                from trioperator._kits.certificates import encrypt_private_key
+            key = encrypt_private_key(key, password)
         return chain, key
 
 
@@ -444,6 +440,20 @@ def _import_trustme() -> Any:
             "insecure=True for plain HTTP."
         ) from None
     return trustme
+
+
+@contextlib.contextmanager
+def _needing_cryptography() -> Iterator[None]:
+    """Import what needs cryptography (the ``webhooks`` extra), saying so when it is missing."""
+    try:
+        yield
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "cryptography":
+            raise
+        raise MissingDependencyError(
+            "A webhook server with a CA kept in a Secret (or an encrypted key) needs an extra "
+            "dependency: `pip install trioperator[webhooks]` (or trioperator[dev])."
+        ) from None
 
 
 def _common_name(names: list[str]) -> str | None:
