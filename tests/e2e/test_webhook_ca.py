@@ -25,8 +25,8 @@ points the same configuration's ``clientConfig`` at each replica's URL on the lo
 (``https://127.0.0.1:PORT/check``), keeping the replicas' ``caBundle`` (a JSON-patch ``test``
 op checks it is unchanged): the API server then verifies the certificate for ``127.0.0.1``
 (the certificates name the loopback too), while the Service's names are verified by the test's
-own handshakes above. The RBAC of the Secret is not enforced by this API server (AlwaysAllow);
-the rules are checked against the manifests and the generator in the unit and manifests tests.
+own handshakes above. This API server allows everything: that the printed RBAC for the Secret
+is enough, and needed, is shown on an RBAC-enforcing one in test_rbac.py.
 """
 
 from __future__ import annotations
