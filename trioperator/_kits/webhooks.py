@@ -15,7 +15,9 @@ certificates) is ``trioperator._runtime.webhook_serving``.
   which those local clusters reach their host machine; :class:`WebhookAutoServer` picks one of
   those names by detecting the cluster (``trioperator._kits.cluster_detection``).
 * :class:`WebhookServiceServer` runs in a pod and is advertised as the in-cluster Service in
-  front of it (``clientConfig.service``), with a generated certificate for the Service's names.
+  front of it (``clientConfig.service``). Its certificate, for the Service's names, comes from
+  one CA for all the replicas behind the Service: mounted files, or by default a CA kept in a
+  Secret (``trioperator._kits.webhook_ca``; cryptography, ``trioperator._kits.certificates``).
 * :class:`WebhookNgrokTunnel` serves plain HTTP locally and advertises an ngrok tunnel's public
   URL (``pip install trioperator[ngrok]``); :class:`WebhookAutoTunnel` is the auto-server for a
   recognised local cluster and the ngrok tunnel otherwise.

@@ -13,7 +13,9 @@ The server calls :class:`AdmissionServing` (the operator's ``WebhookFn``) for ev
 sends its client config (URL or service, CA bundle) whenever it changes; the manager patches
 both configurations with one webhook per handler pointing at ``<url>/<handler id>``, and again
 whenever the config or the served resources change. A configuration that does not exist (yet,
-or any more) is created first; only ``create`` and ``patch`` permissions are needed.
+or any more) is created first; only ``create`` and ``patch`` permissions are needed. The server's
+task sees the operator's API client as :func:`current_api` (e.g. for the CA that the replicas of
+a ``WebhookServiceServer`` share in a Secret).
 
 Differences from Kopf: a review is cut off after ``settings.admission.timeout_seconds`` (the
 API server has given up by then); ``namespace_selector`` and ``timeout_seconds`` reach the
