@@ -494,6 +494,8 @@ def rbac(
     shards: Literal["auto", "off"] = "off",
     shard_namespace: str | None = None,
     managed_webhooks: bool = True,
+    webhook_ca_secret: str | None = None,
+    webhook_ca_namespace: str | None = None,
     service_account: str = "trioperator",
     service_account_namespace: str | None = None,
     name: str = "trioperator",
@@ -529,6 +531,12 @@ def rbac(
     managed_webhooks
         Rules to manage the admission webhook configurations (when there are admission
         handlers; turn off unless settings.admission.managed is set).
+    webhook_ca_secret
+        The Secret where the webhook server keeps the CA its replicas share
+        (WebhookServiceServer's ca_secret, by default "<Service name>-ca"): reading it and
+        creating secrets (when there are admission handlers).
+    webhook_ca_namespace
+        The namespace of that Secret (default: the service account's namespace).
     service_account
         The name of the ServiceAccount to bind the roles to.
     service_account_namespace
@@ -551,7 +559,14 @@ def rbac(
     settings.sharding.namespace = shard_namespace
     settings.admission.managed = name if managed_webhooks else None
     try:
-        permissions = required_permissions(registry, settings, known, namespaces=namespaces)
+        permissions = required_permissions(
+            registry,
+            settings,
+            known,
+            namespaces=namespaces,
+            webhook_ca_secret=webhook_ca_secret,
+            webhook_ca_namespace=webhook_ca_namespace,
+        )
     except RBACError as exc:
         raise UsageError(str(exc)) from None
     objects = build_manifests(

@@ -21,6 +21,17 @@ def _retarget(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
     return obj
 
 
+def _webhook_ca_rules(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rules of the Role for the webhook servers' CA Secret."""
+    (role,) = [
+        doc
+        for doc in rendered
+        if doc["kind"] == "Role" and doc["metadata"]["name"] == "trioperator-webhook-ca"
+    ]
+    rules: list[dict[str, Any]] = role["rules"]
+    return rules
+
+
 def test_the_manifests_are_accepted_by_the_api_server(kubectl: Kubectl, namespace: str) -> None:
     rendered = [doc for doc in yaml.safe_load_all(kubectl("kustomize", str(ROOT / "manifests")))]
     kinds = sorted(doc["kind"] for doc in rendered)
@@ -32,6 +43,8 @@ def test_the_manifests_are_accepted_by_the_api_server(kubectl: Kubectl, namespac
             "CustomResourceDefinition",
             "Deployment",
             "Namespace",
+            "Role",
+            "RoleBinding",
             "Service",
             "ServiceAccount",
         ]
@@ -61,6 +74,17 @@ def test_the_manifests_are_accepted_by_the_api_server(kubectl: Kubectl, namespac
     # The webhook Service routes to the container's webhook port (WebhookServiceServer: 9443).
     assert by_kind["Service"]["spec"]["ports"][0]["targetPort"] == "webhooks"
     assert {"name": "webhooks", "containerPort": 9443} in container["ports"]
+    # ... and its default CA Secret (`<Service name>-ca`) is readable and creatable.
+    service = by_kind["Service"]["metadata"]["name"]
+    assert _webhook_ca_rules(rendered) == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [f"{service}-ca"],
+            "verbs": ["get"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
 
     documents = yaml.safe_dump_all([_retarget(doc, namespace) for doc in rendered])
     output = kubectl("apply", "--dry-run=server", "-f", "-", input=documents)
@@ -86,14 +110,34 @@ def test_the_sharded_variant_runs_three_replicas_with_their_lease_rules(
     assert env["TRIOPERATOR_SHARDS"]["value"] == "auto"
     assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    assert by_kind["Role"]["rules"] == [
+    roles = {doc["metadata"]["name"]: doc for doc in rendered if doc["kind"] == "Role"}
+    bindings = {doc["metadata"]["name"]: doc for doc in rendered if doc["kind"] == "RoleBinding"}
+    assert roles["trioperator-shards"]["rules"] == [
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "verbs": ["get", "list", "watch", "create", "patch", "delete"],
         }
     ]
-    assert by_kind["RoleBinding"]["roleRef"]["name"] == by_kind["Role"]["metadata"]["name"]
+    assert {name: binding["roleRef"]["name"] for name, binding in bindings.items()} == {
+        name: name for name in roles
+    }
+    # The replicas behind the webhook Service share the CA of one Secret in their namespace
+    # (WebhookServiceServer's default; POD_NAMESPACE is that namespace).
+    service = by_kind["Service"]
+    assert service["spec"]["selector"] == deployment["selector"]["matchLabels"]
+    assert _webhook_ca_rules(rendered) == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [f"{service['metadata']['name']}-ca"],
+            "verbs": ["get"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    assert (
+        roles["trioperator-webhook-ca"]["metadata"]["namespace"] == service["metadata"]["namespace"]
+    )
 
     documents = yaml.safe_dump_all([_retarget(doc, namespace) for doc in rendered])
     output = kubectl("apply", "--dry-run=server", "-f", "-", input=documents)

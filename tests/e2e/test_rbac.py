@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -143,7 +144,18 @@ def setup(admin: Kubectl, tmp_path: Path, request: pytest.FixtureRequest) -> dic
     ).stdout
     manifests = [doc for doc in yaml.safe_load_all(printed) if doc]
 
-    # The service account's token (TokenRequest API), in a kubeconfig of its own.
+    return {
+        "namespace": namespace,
+        "scope": scope,
+        "operator": operator,
+        "manifests": manifests,
+        "kubeconfig": _service_account_kubeconfig(admin, namespace, tmp_path),
+        "user": f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}",
+    }
+
+
+def _service_account_kubeconfig(admin: Kubectl, namespace: str, tmp_path: Path) -> Path:
+    """The service account's token (TokenRequest API), in a kubeconfig of its own."""
     request_body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
     path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{SERVICE_ACCOUNT}/token"
     token = json.loads(admin("create", "--raw", path, "-f", "-", input=json.dumps(request_body)))
@@ -151,14 +163,7 @@ def setup(admin: Kubectl, tmp_path: Path, request: pytest.FixtureRequest) -> dic
     config["users"][0]["user"] = {"token": token["status"]["token"]}
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump(config))
-    return {
-        "namespace": namespace,
-        "scope": scope,
-        "operator": operator,
-        "manifests": manifests,
-        "kubeconfig": kubeconfig,
-        "user": f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}",
-    }
+    return kubeconfig
 
 
 def _rules(manifests: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[str]]:
@@ -301,3 +306,112 @@ def test_discovery_finds_what_the_crd_files_describe(
     discovered = printed("--discover")
     assert _rules(discovered) == RULES
     assert discovered == printed("--crd", str(EXAMPLES / "crd.yaml"))
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+WEBHOOK_OPERATOR = """
+import os
+
+import trioperator as kopf
+
+
+@kopf.on.startup()
+def configure(settings, **_):
+    settings.admission.server = kopf.WebhookServiceServer(
+        name="webhooks", addr="127.0.0.1", port=int(os.environ["WEBHOOK_PORT"])
+    )
+    settings.admission.managed = os.environ["WEBHOOK_CONFIGURATION"]
+    # Reviews are not the point here: no namespace is selected.
+    settings.admission.namespace_selector = {"matchLabels": {"trioperator.dev/none": "none"}}
+
+
+@kopf.on.validate("configmaps", id="check")
+def check(**_):
+    pass
+"""
+
+
+def test_the_webhook_ca_rules_are_enough_for_replicas_and_needed(
+    admin: Kubectl, tmp_path: Path
+) -> None:
+    # WebhookServiceServer's shared CA: the first replica creates its Secret, the next reads it,
+    # as the service account with exactly the printed rules (--webhook-ca-secret).
+    namespace = f"rbac-ca-{int(time.monotonic() * 1000) % 100000}"
+    admin("create", "namespace", namespace)
+    admin("create", "serviceaccount", SERVICE_ACCOUNT, "-n", namespace)
+    operator = tmp_path / "operator.py"
+    operator.write_text(WEBHOOK_OPERATOR)
+    printed = subprocess.run(
+        [
+            *(sys.executable, "-m", "trioperator", "rbac", str(operator), "-n", namespace),
+            *("--standalone", "--webhook-ca-secret", "webhooks-ca"),
+            *("--service-account", SERVICE_ACCOUNT, "--service-account-namespace", namespace),
+            *("--name", f"op-{namespace}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    manifests = [doc for doc in yaml.safe_load_all(printed) if doc]
+    user = f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
+    kubeconfig = _service_account_kubeconfig(admin, namespace, tmp_path)
+    configuration = f"{namespace}.trioperator.dev"
+    secret = ("Role", "", "secrets")
+
+    def start(replica: str, port: int) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+            "POD_NAMESPACE": namespace,
+            "WEBHOOK_PORT": str(port),
+            "WEBHOOK_CONFIGURATION": configuration,
+        }
+        command = [sys.executable, "-m", "trioperator", "run", "--verbose", "--standalone"]
+        return OperatorProcess([*command, "-n", namespace, "--id", replica, str(operator)], env)
+
+    try:
+        # Without the Role of the Secret: the server stops the operator, saying what to grant.
+        without = [doc for doc in manifests if not doc["metadata"]["name"].endswith("webhook-ca")]
+        assert len(without) == len(manifests) - 2
+        _apply(admin, without, user, secret, "create", allowed=False, namespace=namespace)
+        ports = _free_ports(3)
+        process = start("r0", ports[0])
+        try:
+            process.process.wait(60)
+        finally:
+            process.stop()
+        assert process.process.returncode != 0
+        assert f"Not allowed to get the Secret {namespace}/webhooks-ca" in process.output
+        assert "--webhook-ca-secret webhooks-ca" in process.output
+
+        # With it: one replica creates the Secret, the next one reads it.
+        _apply(admin, manifests, user, secret, "create", allowed=True, namespace=namespace)
+        first = start("r1", ports[1])
+        try:
+            first.wait_for("Created the Secret", timeout=60)
+            first.wait_for("Reconfiguring the admission webhooks", timeout=60)
+            second = start("r2", ports[2])
+            try:
+                second.wait_for("CA comes from the Secret", timeout=60)
+                second.wait_for("Reconfiguring the admission webhooks", timeout=60)
+            finally:
+                assert second.stop() == 0
+        finally:
+            assert first.stop() == 0
+        for process in (first, second):
+            assert not FORBIDDEN.search(process.output), process.output[-6000:]
+    finally:
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            admin("delete", kind, configuration, "--ignore-not-found", check=False)

@@ -176,6 +176,72 @@ def test_sharded_operators_get_lease_rules_in_the_rings_namespace(
     assert ("Role/rings", "coordination.k8s.io", "leases", verbs) in _grants(docs)
 
 
+def _webhook_ca_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [doc for doc in docs if doc["metadata"]["name"].endswith("-webhook-ca")]
+
+
+def test_the_webhook_ca_secret_is_readable_by_name_and_creatable_in_its_namespace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = [str(EXAMPLES / "17-admission" / "example.py"), "--crd", str(CRD_FILE)]
+    code, docs, _ = _rbac(argv, capsys)
+    assert code == 0
+    assert not any(grant[2] == "secrets" for grant in _grants(docs))
+
+    argv += ["--webhook-ca-secret", "hooks-ca", "--service-account-namespace", "ops"]
+    code, docs, _ = _rbac(argv, capsys)
+    assert code == 0
+    role, binding = _webhook_ca_roles(docs)
+    assert (role["kind"], role["metadata"]) == (
+        "Role",
+        {"name": "trioperator-webhook-ca", "namespace": "ops"},
+    )
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["hooks-ca"],
+            "verbs": ["get"],
+        },
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    ]
+    assert binding["roleRef"]["name"] == "trioperator-webhook-ca"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trioperator", "namespace": "ops"}
+    ]
+    # Only there: nothing on secrets anywhere else.
+    assert {g for g in _grants(docs) if g[2] == "secrets"} == {
+        ("Role/ops", "", "secrets", ("get",)),
+        ("Role/ops", "", "secrets", ("create",)),
+    }
+
+    code, docs, _ = _rbac([*argv, "--webhook-ca-namespace", "certs"], capsys)
+    assert code == 0
+    assert {doc["metadata"]["namespace"] for doc in _webhook_ca_roles(docs)} == {"certs"}
+
+
+def test_without_admission_handlers_no_webhook_ca_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [str(EXAMPLES / "01-minimal" / "example.py"), "--crd", str(CRD_FILE)]
+    code, docs, _ = _rbac([*argv, "--webhook-ca-secret", "hooks-ca"], capsys)
+    assert code == 0
+    assert _webhook_ca_roles(docs) == []
+
+
+def test_the_webhook_ca_manifest_is_what_the_generator_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # manifests/webhook-ca-rbac.yaml grants what WebhookServiceServer(name="trioperator-webhooks")
+    # needs by default; it must not drift from the generator either.
+    argv = [str(EXAMPLES / "17-admission" / "example.py"), "--crd", str(CRD_FILE), "-A"]
+    argv += ["--service-account", "trioperator", "--service-account-namespace", "trioperator"]
+    argv += ["--webhook-ca-secret", "trioperator-webhooks-ca"]
+    code, docs, _ = _rbac(argv, capsys)
+    assert code == 0
+    manifest = ROOT / "manifests" / "webhook-ca-rbac.yaml"
+    committed = [doc for doc in yaml.safe_load_all(manifest.read_text()) if doc]
+    assert committed == _webhook_ca_roles(docs)
+
+
 def test_unmanaged_webhooks_get_no_configuration_rules(capsys: pytest.CaptureFixture[str]) -> None:
     argv = [str(EXAMPLES / "17-admission" / "example.py"), "--crd", str(CRD_FILE)]
     code, docs, _ = _rbac([*argv, "--no-managed-webhooks"], capsys)

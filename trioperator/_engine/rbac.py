@@ -15,7 +15,10 @@ The rules follow what the runtime actually requests, and nothing else:
 * managed admission webhooks: ``create`` + ``patch`` on the validating and mutating webhook
   configurations (both are always written; the cleanup is a patch too);
 * sharding (``settings.sharding.enabled``): ``get``, ``list``, ``watch``, ``create``, ``patch``,
-  ``delete`` on ``coordination.k8s.io`` leases, in the ring's namespace only (a Role there).
+  ``delete`` on ``coordination.k8s.io`` leases, in the ring's namespace only (a Role there);
+* the webhook servers' shared CA (``WebhookServiceServer``'s Secret, named by the caller: the
+  server is configured at run time, out of sight here): ``get`` on that one Secret and
+  ``create`` on secrets (which cannot be limited by name), in its namespace only (a Role there).
 
 Rules are pure data here; the CLI turns them into manifests. Namespaced rules are granted by a
 Role in each served namespace, or folded into the ClusterRole when serving the whole cluster.
@@ -74,13 +77,15 @@ class Rule:
     group: str
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
+    names: tuple[str, ...] = ()
+    """``resourceNames``: only these objects (empty: any)."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "apiGroups": [self.group],
-            "resources": list(self.resources),
-            "verbs": list(self.verbs),
-        }
+        rule: dict[str, Any] = {"apiGroups": [self.group], "resources": list(self.resources)}
+        if self.names:
+            rule["resourceNames"] = list(self.names)
+        rule["verbs"] = list(self.verbs)
+        return rule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +104,10 @@ class Permissions:
     """For a Role in the shard ring's namespace (empty unless sharded)."""
     lease_namespace: str | None = None
     """The ring's namespace (``None``: the service account's, where the pods run)."""
+    webhook_ca: tuple[Rule, ...] = ()
+    """For a Role in the namespace of the webhook servers' CA Secret (empty: no such Secret)."""
+    webhook_ca_namespace: str | None = None
+    """The Secret's namespace (``None``: the service account's, where the Service usually is)."""
 
 
 class _Grants:
@@ -158,11 +167,15 @@ def required_permissions(
     known: Collection[Resource],
     *,
     namespaces: Sequence[NamespacePattern] = (),
+    webhook_ca_secret: str | None = None,
+    webhook_ca_namespace: str | None = None,
 ) -> Permissions:
     """The rules the operator needs to serve ``registry`` in ``namespaces`` (none: cluster).
 
     ``known`` are the resources the selectors may resolve to (built-ins and the given CRDs).
-    Raises :class:`RBACError` for selectors that cannot be resolved and namespace globs.
+    ``webhook_ca_secret`` is the Secret (in ``webhook_ca_namespace``) where the webhook server
+    keeps the CA shared by the replicas, if it does. Raises :class:`RBACError` for selectors
+    that cannot be resolved and namespace globs.
     """
     for pattern in namespaces:
         if not is_literal(pattern):
@@ -223,6 +236,14 @@ def required_permissions(
         leases.add("coordination.k8s.io", "leases", "get", "list", "watch", "create", "patch")
         leases.add("coordination.k8s.io", "leases", "delete")
 
+    webhook_ca: tuple[Rule, ...] = ()
+    if webhooks and webhook_ca_secret:
+        # Read by every replica (only this Secret); created by the first one.
+        webhook_ca = (
+            Rule(group="", resources=("secrets",), verbs=("get",), names=(webhook_ca_secret,)),
+            Rule(group="", resources=("secrets",), verbs=("create",)),
+        )
+
     literal = tuple(sorted({str(pattern) for pattern in namespaces}))
     if EVENTS_FALLBACK_NAMESPACE in literal and default_ns:
         # The Role in "default" grants the events already.
@@ -235,6 +256,8 @@ def required_permissions(
         default_namespace=default_ns.rules(),
         leases=leases.rules(),
         lease_namespace=settings.sharding.namespace,
+        webhook_ca=webhook_ca,
+        webhook_ca_namespace=webhook_ca_namespace,
     )
 
 
@@ -291,4 +314,7 @@ def build_manifests(
     if permissions.leases:
         namespace = permissions.lease_namespace or service_account_namespace
         role_and_binding("Role", f"{name}-shards", permissions.leases, namespace)
+    if permissions.webhook_ca:
+        namespace = permissions.webhook_ca_namespace or service_account_namespace
+        role_and_binding("Role", f"{name}-webhook-ca", permissions.webhook_ca, namespace)
     return objects

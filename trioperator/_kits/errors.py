@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["MissingDependencyError"]
+__all__ = ["MissingDependencyError", "WebhookCAError"]
 
 
 class MissingDependencyError(ImportError):
     """A server or tunnel needs an optional dependency that is not installed."""
+
+
+class WebhookCAError(RuntimeError):
+    """The CA shared by the webhook servers of several replicas cannot be read or created."""

@@ -15,7 +15,9 @@ certificates) is ``trioperator._runtime.webhook_serving``.
   which those local clusters reach their host machine; :class:`WebhookAutoServer` picks one of
   those names by detecting the cluster (``trioperator._kits.cluster_detection``).
 * :class:`WebhookServiceServer` runs in a pod and is advertised as the in-cluster Service in
-  front of it (``clientConfig.service``), with a generated certificate for the Service's names.
+  front of it (``clientConfig.service``). Its certificate, for the Service's names, comes from
+  one CA for all the replicas behind the Service: mounted files, or by default a CA kept in a
+  Secret (``trioperator._kits.webhook_ca``; cryptography, ``trioperator._kits.certificates``).
 * :class:`WebhookNgrokTunnel` serves plain HTTP locally and advertises an ngrok tunnel's public
   URL (``pip install trioperator[ngrok]``); :class:`WebhookAutoTunnel` is the auto-server for a
   recognised local cluster and the ngrok tunnel otherwise.
@@ -39,14 +41,15 @@ certificate renewal) and yield the tunnel's; the server then advertises what it 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
 import pathlib
 import ssl
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator
 from functools import partial
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 import trio
@@ -62,7 +65,8 @@ from trioperator._kits.cluster_detection import (
     MINIKUBE_HOST,
     detect_cluster_host,
 )
-from trioperator._kits.errors import MissingDependencyError
+from trioperator._kits.errors import MissingDependencyError, WebhookCAError
+from trioperator._runtime.admission import current_api
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
     StrPath,
@@ -72,6 +76,9 @@ from trioperator._runtime.webhook_serving import (
     serve_webhooks,
 )
 from trioperator._util.addresses import is_ip_address
+
+if TYPE_CHECKING:
+    from trioperator._kits.certificates import CertificateAuthority
 
 __all__ = [
     "WebhookAutoServer",
@@ -406,14 +413,9 @@ class WebhookServer(_LocalEndpoint):
         chain = b"".join(pem.bytes() for pem in cert.cert_chain_pems) + ca.cert_pem.bytes()
         key: bytes = cert.private_key_pem.bytes()
         if password is not None:
-            from cryptography.hazmat.primitives import serialization
-
-            private = serialization.load_pem_private_key(key, password=None)
-            key = private.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.BestAvailableEncryption(password.encode("utf-8")),
-            )
+            with _needing_cryptography():
+                from trioperator._kits.certificates import encrypt_private_key
+            key = encrypt_private_key(key, password)
         return chain, key
 
 
@@ -446,6 +448,20 @@ def _import_trustme() -> Any:
     return trustme
 
 
+@contextlib.contextmanager
+def _needing_cryptography() -> Iterator[None]:
+    """Import what needs cryptography (the ``webhooks`` extra), saying so when it is missing."""
+    try:
+        yield
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "cryptography":
+            raise
+        raise MissingDependencyError(
+            "A webhook server with a CA kept in a Secret (or an encrypted key) needs an extra "
+            "dependency: `pip install trioperator[webhooks]` (or trioperator[dev])."
+        ) from None
+
+
 def _common_name(names: list[str]) -> str | None:
     return names[0] if names and not is_ip_address(names[0]) else None
 
@@ -474,13 +490,27 @@ class WebhookServiceServer(WebhookServer):
     Beyond Kopf. The webhook configurations get ``clientConfig.service`` (``name``,
     ``namespace``, ``port``, ``path``) instead of a URL, so the API server reaches the operator
     through the Service ``name`` (which must route its ``service_port`` to this server's
-    ``port``, 9443 by default). ``namespace`` defaults to the pod's own (from its service
-    account). A generated certificate (trustme) names the Service in all the forms the API
-    server and in-cluster clients use: ``name``, ``name.namespace``, ``name.namespace.svc``
-    (the common name: that is what the API server verifies) and
-    ``name.namespace.svc.cluster.local``; ``extra_sans`` adds more (e.g. another cluster
-    domain). In production, mount a certificate for the same names (certfile/pkeyfile/cafile,
-    e.g. from cert-manager): renewals are picked up as by every server.
+    ``port``, 9443 by default). ``namespace`` defaults to the pod's own (``POD_NAMESPACE``, else
+    its service account's). The certificate names the Service in all the forms the API server
+    and in-cluster clients use: ``name``, ``name.namespace``, ``name.namespace.svc`` (the
+    common name: that is what the API server verifies) and ``name.namespace.svc.cluster.local``;
+    ``extra_sans`` adds more (e.g. another cluster domain).
+
+    Every replica behind the Service must be trusted by the one ``caBundle`` of the shared
+    webhook configurations, so the certificates come from one CA for all of them:
+
+    * ``certfile``/``pkeyfile``/``cafile`` given (e.g. a Secret mounted from cert-manager:
+      ``tls.crt``, ``tls.key``, ``ca.crt``): they are served and advertised as they are, and
+      renewals are picked up as by every server.
+    * otherwise, with ``shared_ca`` (the default): the CA kept in the Secret ``ca_secret``
+      (default ``<name>-ca``) in ``ca_secret_namespace`` (default: the Service's namespace). The
+      first replica creates it with a new CA, the others read it (see ``_kits.webhook_ca``);
+      each issues its own certificate from it at start. This needs the operator's API client
+      (the server must run as ``settings.admission.server``) and RBAC: ``get`` on that Secret,
+      ``create`` on secrets in its namespace (``trioperator rbac --webhook-ca-secret NAME``).
+    * ``shared_ca=False``: a CA of its own, generated at start (trustme), as
+      :class:`WebhookServer` does: for one replica only (a second one would advertise
+      another CA).
     """
 
     def __init__(
@@ -490,6 +520,9 @@ class WebhookServiceServer(WebhookServer):
         namespace: str | None = None,
         service_port: int = 443,
         port: int | None = 9443,
+        shared_ca: bool = True,
+        ca_secret: str | None = None,
+        ca_secret_namespace: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(port=port, **kwargs)
@@ -497,6 +530,11 @@ class WebhookServiceServer(WebhookServer):
             raise ValueError("A webhook service server needs the Service's name=.")
         if not 1 <= service_port <= 65535:
             raise ValueError(f"service_port must be in 1..65535, not {service_port!r}.")
+        if (ca_secret or ca_secret_namespace) and (self.certfile is not None or not shared_ca):
+            raise ValueError(
+                "ca_secret= is where the shared CA is kept: it cannot go with certfile= (the "
+                "files are the certificate) nor with shared_ca=False (a CA of its own)."
+            )
         if namespace is None:
             namespace = _pod_namespace()
         if not namespace:
@@ -507,6 +545,11 @@ class WebhookServiceServer(WebhookServer):
         self.name = name
         self.namespace = namespace
         self.service_port = service_port
+        self.shared_ca = shared_ca
+        self.ca_secret = ca_secret or f"{name}-ca"
+        self.ca_secret_namespace = ca_secret_namespace or namespace
+        # The shared CA once read from (or created in) its Secret when the server starts.
+        self._ca: CertificateAuthority | None = None
 
     def __repr__(self) -> str:
         return (
@@ -529,11 +572,60 @@ class WebhookServiceServer(WebhookServer):
         forms = [dns, self.name, f"{self.name}.{self.namespace}", f"{dns}.cluster.local"]
         return normalise_hostnames([*forms, *super().certificate_names])
 
+    @property
+    def uses_shared_ca(self) -> bool:
+        """Whether the certificate is issued from the CA in the Secret ``ca_secret``."""
+        return self.shared_ca and self.certfile is None and not self.insecure
+
+    async def _serve_locally(
+        self,
+        fn: WebhookFn,
+        *,
+        configs: trio.MemorySendChannel[WebhookClientConfig],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        if self.uses_shared_ca:
+            self._ca = await self._obtain_shared_ca()
+        await super()._serve_locally(fn, configs=configs, task_status=task_status)
+
+    async def _obtain_shared_ca(self) -> CertificateAuthority:
+        api = current_api()
+        where = f"{self.ca_secret_namespace}/{self.ca_secret}"
+        if api is None:
+            raise WebhookCAError(
+                f"{self!r} keeps its CA in the Secret {where}, which needs the operator's API "
+                f"client: serve it as settings.admission.server (or pass certfile=, or "
+                f"shared_ca=False for a CA of its own)."
+            )
+        with _needing_cryptography():
+            from trioperator._kits.webhook_ca import obtain_shared_ca
+        return await obtain_shared_ca(api, name=self.ca_secret, namespace=self.ca_secret_namespace)
+
+    def _generate_certificate(self, context: ssl.SSLContext) -> bytes:
+        if not self.uses_shared_ca:
+            return super()._generate_certificate(context)
+        if self._ca is None:
+            raise RuntimeError(
+                f"{self!r} issues its certificate from the CA in the Secret {self.ca_secret!r}, "
+                f"which is read when the server starts serving (serve())."
+            )
+        from trioperator._kits.certificates import load_server_certificate
+
+        hostnames = self.certificate_names
+        logger.debug("Issuing a certificate from the shared CA for %s", ", ".join(hostnames))
+        chain, key = self._ca.issue(hostnames, common_name=_common_name(hostnames))
+        load_server_certificate(context, chain, key)
+        return self._ca.bundle
+
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def _pod_namespace() -> str | None:
+    """The pod's namespace: ``POD_NAMESPACE`` (as the manifests set it), else the service
+    account's (mounted into every pod that has one)."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
     try:
         with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
             return f.read().strip() or None

@@ -13,7 +13,9 @@ The server calls :class:`AdmissionServing` (the operator's ``WebhookFn``) for ev
 sends its client config (URL or service, CA bundle) whenever it changes; the manager patches
 both configurations with one webhook per handler pointing at ``<url>/<handler id>``, and again
 whenever the config or the served resources change. A configuration that does not exist (yet,
-or any more) is created first; only ``create`` and ``patch`` permissions are needed.
+or any more) is created first; only ``create`` and ``patch`` permissions are needed. The server's
+task sees the operator's API client as :func:`current_api` (e.g. for the CA that the replicas of
+a ``WebhookServiceServer`` share in a Secret).
 
 Differences from Kopf: a review is cut off after ``settings.admission.timeout_seconds`` (the
 API server has given up by then); ``namespace_selector`` and ``timeout_seconds`` reach the
@@ -30,9 +32,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -91,6 +94,8 @@ __all__ = [
     "AdmissionInsights",
     "AdmissionServing",
     "AdmissionSetupError",
+    "current_api",
+    "providing_api",
     "run_admission",
 ]
 
@@ -378,7 +383,7 @@ async def run_admission(
     # Inherited by the server's tasks: a user-built server kit knows no settings.
     serving_limits.set(settings.serving)
     async with trio.open_nursery() as serving:
-        await serving.start(partial(_run_server, server, fn, send), name="admission server")
+        await serving.start(partial(_run_server, server, fn, send, api), name="admission server")
         try:
             async with trio.open_nursery() as managing:
                 if settings.admission.managed is not None:
@@ -403,12 +408,47 @@ async def run_admission(
             serving.cancel_scope.cancel()
 
 
+_server_api: contextvars.ContextVar[APIClient] = contextvars.ContextVar("trioperator.admission.api")
+
+
+def current_api() -> APIClient | None:
+    """The API client of the operator whose admission server runs in this task, if any.
+
+    For webhook servers that keep state in the cluster (e.g. the CA that several replicas
+    share, in a Secret): they use the operator's own client, with its credentials, retries and
+    metrics. ``None`` for a server run outside of an operator.
+    """
+    return _server_api.get(None)
+
+
+@contextlib.contextmanager
+def providing_api(api: APIClient) -> Iterator[None]:
+    """Make ``api`` the :func:`current_api` of this task and of the tasks it starts."""
+    token = _server_api.set(api)
+    try:
+        yield
+    finally:
+        _server_api.reset(token)
+
+
 async def _run_server(
     server: Any,
     fn: WebhookFn,
     configs: trio.MemorySendChannel[WebhookClientConfig],
+    api: APIClient,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with providing_api(api):
+        await _serve_with(server, fn, configs, task_status=task_status)
+
+
+async def _serve_with(
+    server: Any,
+    fn: WebhookFn,
+    configs: trio.MemorySendChannel[WebhookClientConfig],
+    *,
+    task_status: trio.TaskStatus[None],
 ) -> None:
     serve = getattr(server, "serve", None)
     if callable(serve):

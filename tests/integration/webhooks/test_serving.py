@@ -148,9 +148,10 @@ async def test_a_fixed_port_is_used_and_advertised(recorder: Recorder) -> None:
 
 
 async def test_a_service_server_is_verifiable_by_the_service_names(recorder: Recorder) -> None:
+    # A CA of its own here; the CA shared through a Secret is tested in test_shared_ca.py.
     port = await free_port()
     server = WebhookServiceServer(
-        name="hooks", namespace="ops", addr="127.0.0.1", port=port, path="/p"
+        name="hooks", namespace="ops", addr="127.0.0.1", port=port, path="/p", shared_ca=False
     )
     async with running(server, recorder) as srv:
         assert srv.config["service"] == {

@@ -6,10 +6,12 @@ from __future__ import annotations
 import ssl
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import trio
 import trioperator as kopf
+from trioperator._client.api import APIClient
 from trioperator._engine.webhooks import WebhookClientConfig
 from trioperator._kits import webhooks
 from trioperator._kits.cluster_detection import ServerIdentity, recognise_cluster
@@ -19,6 +21,7 @@ from trioperator._kits.webhooks import (
     accessible_addr,
     certificate_hostnames,
 )
+from trioperator._runtime.admission import providing_api
 
 
 @pytest.mark.parametrize(
@@ -168,18 +171,76 @@ def test_service_server_takes_the_pods_namespace(
 ) -> None:
     (tmp_path / "namespace").write_text("from-the-pod\n")
     monkeypatch.setattr(webhooks, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "namespace"))
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
     assert kopf.WebhookServiceServer(name="hooks").namespace == "from-the-pod"
+    # As the manifests set it for the replicas (the same namespace in a pod).
+    monkeypatch.setenv("POD_NAMESPACE", "from-the-env")
+    assert kopf.WebhookServiceServer(name="hooks").namespace == "from-the-env"
 
 
 def test_service_server_outside_of_a_pod_needs_a_namespace(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(webhooks, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "absent"))
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
     with pytest.raises(ValueError, match="pass namespace="):
         kopf.WebhookServiceServer(name="hooks")
+
+
+def test_service_server_keeps_its_ca_in_a_secret_of_its_namespace_by_default() -> None:
+    server = kopf.WebhookServiceServer(name="hooks", namespace="ops")
+    assert (server.shared_ca, server.uses_shared_ca) == (True, True)
+    assert (server.ca_secret, server.ca_secret_namespace) == ("hooks-ca", "ops")
+    server = kopf.WebhookServiceServer(
+        name="hooks", namespace="ops", ca_secret="ca", ca_secret_namespace="certs"
+    )
+    assert (server.ca_secret, server.ca_secret_namespace) == ("ca", "certs")
+    # Certificate files are the certificate: no CA of ours then.
+    assert not kopf.WebhookServiceServer(name="h", namespace="o", certfile="c").uses_shared_ca
+    assert not kopf.WebhookServiceServer(name="h", namespace="o", shared_ca=False).uses_shared_ca
+    assert not kopf.WebhookServiceServer(name="h", namespace="o", insecure=True).uses_shared_ca
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"ca_secret": "ca", "certfile": "tls.crt"},
+        {"ca_secret_namespace": "certs", "certfile": "tls.crt"},
+        {"ca_secret": "ca", "shared_ca": False},
+    ],
+)
+def test_a_ca_secret_with_files_or_without_sharing_is_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="ca_secret="):
+        kopf.WebhookServiceServer(name="hooks", namespace="ops", **kwargs)
+
+
+def test_the_shared_ca_is_read_when_serving_not_before() -> None:
+    with pytest.raises(RuntimeError, match=r"serve\(\)"):
+        kopf.WebhookServiceServer(name="hooks", namespace="ops").build_setup()
+
+
+def test_missing_cryptography_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if not installed: the kit that imports it is loaded afresh, and fails to.
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    monkeypatch.delitem(sys.modules, "trioperator._kits.certificates", raising=False)
+    with pytest.raises(MissingDependencyError, match=r"trioperator\[webhooks\]"):
+        WebhookServer.build_certificate(["localhost"], password="s3cret")
 
 
 def test_the_given_certificate_files_are_watched() -> None:
     server = WebhookServer(certfile="c", pkeyfile="k", cafile="ca", verify_cafile="clients")
     assert server.watched_files == ["c", "k", "ca", "clients"]
     assert WebhookServer().watched_files == []
+
+
+async def test_missing_cryptography_for_the_shared_ca_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    for module in ("trioperator._kits.certificates", "trioperator._kits.webhook_ca"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    send, _ = trio.open_memory_channel[WebhookClientConfig](1)
+    server = kopf.WebhookServiceServer(name="hooks", namespace="ops")
+    api = cast(APIClient, object())  # never reached: the import fails first
+    with providing_api(api), pytest.raises(MissingDependencyError, match=r"\[webhooks\]"):
+        await server.serve(None, configs=send)  # type: ignore[arg-type]
