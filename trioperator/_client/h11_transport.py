@@ -605,9 +605,9 @@ class _Connection:
             reader.unbodied += len(data)
             if reader.unbodied > MAX_HEAD_BYTES:
                 self.close()
-                part = "trailers" if reader.head_done else "head (status line and headers)"
+                part = "trailers are" if reader.head_done else "head (status line and headers) is"
                 raise APIResponseTooLargeError(
-                    f"{self.what}: the response's {part} exceeds {MAX_HEAD_BYTES} bytes",
+                    f"{self.what}: the response's {part} over {MAX_HEAD_BYTES} bytes",
                     limit=MAX_HEAD_BYTES,
                 )
         if reader.header_count > MAX_HEADERS:
