@@ -597,7 +597,7 @@ async def test_a_page_over_the_cap_whatever_its_size_is_an_error_and_a_retry(
     limits = [r.query.get("limit") for r in server.requests[:10]]
     assert limits == ["500", "250", "125", "62", "31", "15", "7", "3", "1", "500"]
     assert gaps(server.requests[8:10]) == [1.0]  # then a backoff before listing again
-    assert f"exceeds {CAP} bytes" in errors(caplog)[0]
+    assert f"exceeds the limit of {CAP} bytes" in errors(caplog)[0]
 
 
 async def test_an_overlong_watch_line_reconnects_from_the_last_version_after_a_backoff(

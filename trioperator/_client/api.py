@@ -506,7 +506,7 @@ class APIClient:
                         limit = max(1, limit // 2)
                         log.warning(
                             f"A page of the listing of {resource} is too large ({exc});"
-                            f" asking for pages of {limit} objects."
+                            f" asking for smaller pages (limit={limit})."
                         )
                         continue
                     page = _expect_dict(answer, what)

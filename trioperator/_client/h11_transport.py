@@ -267,7 +267,7 @@ class TransportResponse:
         if max_size is not None and not reader.complete:
             announced = _announced_length(reader.headers)
             if announced is not None and announced > max_size:
-                raise self._too_large(conn, f"announces {announced} bytes", max_size)
+                raise self._too_large(conn, f"announces {announced} bytes, over", max_size)
         decoder = self._decoder
         if decoder is None:
             if max_size is None:
@@ -277,7 +277,7 @@ class TransportResponse:
                 while not reader.complete:
                     await conn.receive_into(reader)
                     if reader.body_size > max_size:
-                        raise self._too_large(conn, f"exceeds {max_size} bytes", max_size)
+                        raise self._too_large(conn, "exceeds", max_size)
             data = parts[0] if len(parts) == 1 else b"".join(parts)
             parts.clear()
         else:
@@ -293,14 +293,12 @@ class TransportResponse:
                     size += len(data)
                     inflated.append(data)
                     if max_size is not None and size > max_size:
-                        raise self._too_large(
-                            conn, f"exceeds {max_size} bytes once decompressed", max_size
-                        )
+                        raise self._too_large(conn, "once decompressed exceeds", max_size)
                 if reader.complete:
                     break
                 await conn.receive_into(reader)
                 if max_size is not None and reader.body_size > max_size:
-                    raise self._too_large(conn, f"exceeds {max_size} bytes", max_size)
+                    raise self._too_large(conn, "exceeds", max_size)
             # All the input was taken with room to spare: nothing is left to inflate here.
             inflated.append(decoder.flush())
             data = b"".join(inflated)
@@ -308,13 +306,13 @@ class TransportResponse:
         self._pool._release(conn, reader)
         return data
 
-    def _too_large(self, conn: _Connection, what: str, limit: int) -> APIResponseTooLargeError:
+    def _too_large(self, conn: _Connection, how: str, limit: int) -> APIResponseTooLargeError:
         # The rest of the body is never read: the connection cannot be reused.
         self._conn = None
         conn.close()
         return APIResponseTooLargeError(
-            f"{conn.what}: the response body (HTTP {self.status}) {what}, over the limit"
-            " (settings.networking.max_response_size)",
+            f"{conn.what}: the response body (HTTP {self.status}) {how} the limit of {limit}"
+            " bytes (settings.networking.max_response_size)",
             limit=limit,
         )
 
