@@ -250,6 +250,7 @@ class InMemorySession:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 -- the real session's signature
         connect_timeout: float | None = None,
+        max_size: int | None = None,
     ) -> HTTPResponse:
         await trio.lowlevel.checkpoint()
         with self.meter():
@@ -269,6 +270,7 @@ class InMemorySession:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         connect_timeout: float | None = None,
+        max_line: int | None = None,
     ) -> AsyncIterator[_Stream]:
         await trio.lowlevel.checkpoint()
         with self.meter():

@@ -7,11 +7,16 @@ Every request goes through one retry loop:
   the next credentials, without consuming a retry;
 * connection failures, timeouts, 5xx and 429 are retried after the delays of
   ``settings.networking.error_backoffs`` (re-iterated for every request, so each request starts
-  from the first delay); when they run out, the last error escalates;
+  from the first delay), each drawn with jitter (``backoff_jitter``, see ``backoff.py``); when
+  they run out, the last error escalates;
 * a server-requested delay (``Retry-After`` header, or ``details.retryAfterSeconds``) is never
-  cut short: the sleep is the longer of it and the backoff, or exactly the server's delay with
-  ``enforce_retry_after``;
-* other 4xx errors escalate at once.
+  cut short, but never longer than ``max_retry_after``: the sleep is the longer of it and the
+  backoff, or exactly the server's delay with ``enforce_retry_after``;
+* other 4xx errors escalate at once, and so do 3xx (redirects are never followed: see
+  ``APIRedirectError``) and any other status outside 2xx;
+* responses are bounded (``max_response_size``, see ``h11_transport.py``), and one that breaks
+  HTTP, exceeds a bound, or is not the JSON asked for is an ``APIProtocolError``, not retried:
+  the same request would get the same answer.
 
 Settings are read at call time: operators change them in startup handlers, after the client
 exists.
@@ -27,12 +32,19 @@ from typing import Any, Protocol, TypeAlias
 import msgspec
 import trio
 
+from trioperator._client.backoff import (
+    RandomSource,
+    capped_retry_after,
+    default_random,
+    jittered,
+)
 from trioperator._client.credentials import ConnectionInfo, Vault, VaultKey
 from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APIGoneError,
     APIProtocolError,
+    APIResponseTooLargeError,
     APIServerError,
     APITooManyRequestsError,
     APIUnauthorizedError,
@@ -106,9 +118,12 @@ def _backoffs(value: float | Iterable[float]) -> tuple[Iterator[float], int | No
 class _RetryState:
     """The retry bookkeeping of one logical request (all its attempts)."""
 
-    def __init__(self, settings: NetworkingSettings, log: Logger) -> None:
+    def __init__(self, settings: NetworkingSettings, log: Logger, rng: RandomSource) -> None:
         self.backoffs, self.count = _backoffs(settings.error_backoffs)
         self.enforce_retry_after = settings.enforce_retry_after
+        self.max_retry_after = settings.max_retry_after
+        self.jitter = settings.backoff_jitter
+        self.rng = rng
         self.logger = log
         self.attempt = 0
 
@@ -122,8 +137,10 @@ class _RetryState:
         if backoff is None:
             self.logger.error(f"Request attempt {label} failed; escalating: {what} -> {exc!r}")
             raise exc
-        delay = float(backoff)
-        retry_after = exc.retry_after if isinstance(exc, APIError) else None
+        delay = jittered(float(backoff), self.jitter, self.rng)
+        retry_after = capped_retry_after(
+            exc.retry_after if isinstance(exc, APIError) else None, self.max_retry_after
+        )
         if retry_after is not None:
             delay = retry_after if self.enforce_retry_after else max(delay, retry_after)
         self.logger.error(f"Request attempt {label} failed; will retry: {what} -> {exc!r}")
@@ -138,19 +155,52 @@ def _encode(payload: Any) -> bytes | None:
     return _JSON_ENCODER.encode(payload)
 
 
-def _decode(response: HTTPResponse) -> Any:
+def _decode(response: HTTPResponse, what: str = "") -> Any:
     body = response.body
     if not body:
         return None
     content_type = response.headers.get("content-type", "")
     if "json" in content_type or body.lstrip()[:1] in (b"{", b"["):
-        return _JSON_DECODER.decode(body)
+        try:
+            return _JSON_DECODER.decode(body)
+        except msgspec.DecodeError as exc:
+            # The server's (or a proxy's) answer, not our bug: an error of the exchange.
+            raise APIProtocolError(
+                f"{what}: the response (HTTP {response.status}, {len(body)} bytes) is not"
+                f" valid JSON: {exc}"
+            ) from exc
     return body.decode("utf-8", errors="replace")
+
+
+def _page_parts(
+    page: dict[str, Any], what: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], str, str]:
+    """A listing's metadata, items, kind and apiVersion, checked for their JSON types.
+
+    A page of another shape (from a hostile or confused server) is an APIProtocolError, not an
+    empty listing nor a crash of the watcher on the first item.
+    """
+    meta = page.get("metadata") or {}
+    items = page.get("items") or []
+    kind = page.get("kind") or ""
+    api_version = page.get("apiVersion") or ""
+    if not (
+        isinstance(meta, dict)
+        and isinstance(items, list)
+        and isinstance(kind, str)
+        and isinstance(api_version, str)
+        and isinstance(meta.get("resourceVersion") or "", str)
+        and isinstance(meta.get("continue") or "", str)
+    ):
+        raise APIProtocolError(f"{what}: the response is not a listing (a list of objects)")
+    return meta, items, kind, api_version
 
 
 def _expect_dict(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise TypeError(f"{what}: expected a JSON object in the response, got {type(value)}")
+        raise APIProtocolError(
+            f"{what}: expected a JSON object in the response, got {type(value).__name__}"
+        )
     return value
 
 
@@ -168,12 +218,16 @@ class APIClient:
         *,
         logger: Logger | None = None,
         observer: RequestObserver | None = None,
+        rng: RandomSource | None = None,
     ) -> None:
         self.vault = vault
         self.settings = settings
         self.logger: Logger = logger if logger is not None else _LOGGER
         self.observer = observer
         """Told of every request's outcome and latency (``None``: nobody is)."""
+        self.rng: RandomSource = rng if rng is not None else default_random()
+        """Where the jitter of every backoff is drawn from (the client's and its watchers'):
+        tests give a seeded or scripted one, so that the sleeps are known."""
         self._sessions = SessionPool()
         self.recent_writes = RecentWrites()
         """Answers to the framework's own writes, for their watch echoes (see ``patch``)."""
@@ -215,7 +269,7 @@ class APIClient:
         logger: Logger | None = None,
         verb: str | None = None,
     ) -> HTTPResponse:
-        """Send a request with retries; return the successful (2xx/3xx) response as is.
+        """Send a request with retries; return the successful (2xx) response as is.
 
         ``payload`` is JSON-encoded unless it is already ``bytes``. ``timeout`` bounds each
         attempt (default: ``settings.request_timeout``). ``verb`` names the request for the
@@ -243,6 +297,7 @@ class APIClient:
                         headers=headers,
                         timeout=timeout if timeout is not None else self.settings.request_timeout,
                         connect_timeout=self.settings.connect_timeout,
+                        max_size=self.settings.max_response_size,
                     )
                 except APIConnectionError:
                     if observer is not None:
@@ -252,14 +307,16 @@ class APIClient:
                     observer.request_done(
                         verb or "", response.status, trio.current_time() - started
                     )
-                if response.status >= 400:
+                # Only a 2xx is an answer: a 3xx (never followed) or any other is an error, so
+                # that its body is never taken for the resource (e.g. as an empty list).
+                if not 200 <= response.status < 300:
                     raise error_from_response(response.status, response.body, response.headers)
                 return response
             except APIUnauthorizedError as exc:
                 await self._unauthorized(key, info, exc)
             except (APIError, APIConnectionError) as exc:
                 if retries is None:
-                    retries = _RetryState(self.settings, logger or self.logger)
+                    retries = _RetryState(self.settings, logger or self.logger, self.rng)
                 await retries.failed(exc, f"{method} {session.url(path, params)}")
 
     async def request(
@@ -274,7 +331,10 @@ class APIClient:
         logger: Logger | None = None,
         verb: str | None = None,
     ) -> Any:
-        """Send a request with retries; return the decoded JSON body (``None`` if empty)."""
+        """Send a request with retries; return the decoded JSON body (``None`` if empty).
+
+        A body that is not valid JSON is an :class:`APIProtocolError`.
+        """
         response = await self.request_raw(
             method,
             path,
@@ -285,7 +345,7 @@ class APIClient:
             logger=logger,
             verb=verb,
         )
-        return _decode(response)
+        return _decode(response, f"{method} {path}")
 
     @contextlib.asynccontextmanager
     async def stream(
@@ -302,7 +362,7 @@ class APIClient:
         once it is established, errors while reading it end it with an exception and are the
         caller's to handle. No total or read timeout applies: bound it with cancel scopes.
         """
-        retries = _RetryState(self.settings, logger or self.logger)
+        retries = _RetryState(self.settings, logger or self.logger, self.rng)
         if connect_timeout is None:
             connect_timeout = self.settings.connect_timeout
         observer = self.observer
@@ -313,13 +373,17 @@ class APIClient:
             started = trio.current_time()
             try:
                 async with session.stream(
-                    "GET", path, params=params, connect_timeout=connect_timeout
+                    "GET",
+                    path,
+                    params=params,
+                    connect_timeout=connect_timeout,
+                    max_line=self.settings.max_response_size,
                 ) as response:
                     if observer is not None:
                         observer.request_done(
                             "watch", response.status, trio.current_time() - started
                         )
-                    if response.status >= 400:
+                    if not 200 <= response.status < 300:
                         body = await response.read()
                         raise error_from_response(response.status, body, response.headers)
                     established = True
@@ -404,8 +468,14 @@ class APIClient:
         operator's life). ``on_page(items, restarted)`` gets ``restarted=True`` with the first
         page after a ``continue`` token expired midway (HTTP 410) and the listing started over:
         the pages given before are superseded by the new listing.
+
+        A page over ``settings.networking.max_response_size`` is asked for again with half the
+        ``limit`` (down to one object), the listing going on from the same place; a page that
+        is not a list (a JSON object with a list of objects in ``items``) is an
+        :class:`APIProtocolError`.
         """
         path = resource.get_url(namespace=namespace)
+        what = f"GET {path}"
         log = logger or self.logger
         restarts = 0
         restarted = False
@@ -423,22 +493,36 @@ class APIClient:
                         params["limit"] = str(limit)
                     if token:
                         params["continue"] = token
-                    page = _expect_dict(
-                        await self.request(
+                    try:
+                        answer = await self.request(
                             "GET", path, params=params or None, logger=logger, verb="list"
-                        ),
-                        f"GET {path}",
-                    )
-                    meta = page.get("metadata") or {}
+                        )
+                    except APIResponseTooLargeError as exc:
+                        # Pages of many big objects may outgrow the limit: smaller ones do not
+                        # (a page of one object is at most the object). A server that sends too
+                        # much whatever is asked is refused after log2(limit) tries.
+                        if not limit or limit <= 1:
+                            raise
+                        limit = max(1, limit // 2)
+                        log.warning(
+                            f"A page of the listing of {resource} is too large ({exc});"
+                            f" asking for smaller pages (limit={limit})."
+                        )
+                        continue
+                    page = _expect_dict(answer, what)
+                    meta, items, list_kind, api_version = _page_parts(page, what)
                     version = meta.get("resourceVersion") or version
-                    list_kind = page.get("kind") or ""
                     kind = list_kind[:-4] if list_kind.endswith("List") else resource.kind
                     kind = kind or resource.kind
-                    api_version = page.get("apiVersion") or resource.api_version
-                    items: list[dict[str, Any]] = page.get("items") or []
-                    for item in items:
-                        item.setdefault("apiVersion", api_version)
-                        item.setdefault("kind", kind)
+                    api_version = api_version or resource.api_version
+                    try:
+                        for item in items:
+                            item.setdefault("apiVersion", api_version)
+                            item.setdefault("kind", kind)
+                    except AttributeError:  # only dicts have it: an item that is no object
+                        raise APIProtocolError(
+                            f"{what}: the listing has an item that is not a JSON object"
+                        ) from None
                     token = meta.get("continue") or None
                     del page
                     await on_page(items, restarted)
@@ -495,7 +579,7 @@ class APIClient:
         response = await self.request_raw(
             "PATCH", path, payload=payload, content_type=content_type, logger=logger
         )
-        result = _expect_dict(_decode(response), f"PATCH {path}")
+        result = _expect_dict(_decode(response, f"PATCH {path}"), f"PATCH {path}")
         if echo_after is not None:
             self.recent_writes.remember(response.body, result, unless=echo_after)
         return result

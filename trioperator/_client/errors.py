@@ -3,6 +3,7 @@
 The hierarchy follows Kopf's, so ``except kopf.APIConflictError`` keeps working::
 
     APIError
+    ├── APIRedirectError (3xx: never followed, see below)
     ├── APIClientError (4xx)
     │   ├── APIBadRequestError (400)
     │   ├── APIUnauthorizedError (401)
@@ -15,15 +16,20 @@ The hierarchy follows Kopf's, so ``except kopf.APIConflictError`` keeps working:
     └── APIServerError (5xx)
 
     APIConnectionError   (no HTTP response at all: TCP/TLS/protocol failures)
+    ├── APIProtocolError (a response that breaks HTTP or cannot be used; not retried)
+    │   └── APIResponseTooLargeError (over the client's size limits)
     └── APITimeoutError  (also a builtin ``TimeoutError``)
 
-This module does no I/O: :func:`error_from_response` is a pure function of what was received.
+This module does no I/O: :func:`error_from_response` is a function of what was received (and,
+for a ``Retry-After`` date without a ``Date`` header, of the wall clock).
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -39,6 +45,8 @@ __all__ = [
     "APIGoneError",
     "APINotFoundError",
     "APIProtocolError",
+    "APIRedirectError",
+    "APIResponseTooLargeError",
     "APIServerError",
     "APITimeoutError",
     "APITooManyRequestsError",
@@ -101,6 +109,22 @@ class APIError(Exception):
         return f"{type(self).__name__}({self.status}, {self.message!r})"
 
 
+class APIRedirectError(APIError):
+    """3xx: the server (or a proxy on the way) redirected the request elsewhere.
+
+    The API server never redirects the requests of an API client, so a redirect means a wrong
+    server URL, a captive portal or a hostile proxy: it is never followed (the credentials
+    would go with it to wherever ``Location`` points) and, like a 4xx, not retried by the
+    client. ``location`` is the header as received, if any.
+    """
+
+    location: str | None
+
+    def __init__(self, message: str = "", *, location: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.location = location
+
+
 class APIClientError(APIError):
     """4xx: the request is wrong; retrying it as is will not help (except 401 and 429)."""
 
@@ -154,6 +178,19 @@ class APIProtocolError(APIConnectionError):
     """
 
 
+class APIResponseTooLargeError(APIProtocolError):
+    """A response over the client's limits: its body (as sent or decompressed), a line of a watch
+    stream, its head (status line and headers) or trailers, or its number of headers.
+
+    ``limit`` is the limit exceeded, in bytes (or in headers). Not retried by the client: a
+    server that sent it once would send it again.
+    """
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class APITimeoutError(APIConnectionError, TimeoutError):
     """The request did not complete in time (connecting or in total)."""
 
@@ -176,6 +213,8 @@ def error_class(status: int) -> type[APIError]:
     """The most specific class for an HTTP status."""
     if status in _CLASSES:
         return _CLASSES[status]
+    if 300 <= status < 400:
+        return APIRedirectError
     if 400 <= status < 500:
         return APIClientError
     if 500 <= status < 600:
@@ -183,21 +222,62 @@ def error_class(status: int) -> type[APIError]:
     return APIError
 
 
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header; ``None`` if absent or not a number.
+_RETRY_AFTER_LENGTH: Final = 64
+"""Longer ``Retry-After`` values are garbage: an HTTP-date has 29 characters."""
 
-    The HTTP-date form is not supported: Kubernetes sends seconds, and honouring a date would
-    need the wall clock, which the retry logic deliberately never reads.
+
+def parse_retry_after(
+    value: str | None, *, date: str | None = None, now: float | None = None
+) -> float | None:
+    """Seconds from a ``Retry-After`` header; ``None`` if absent or unusable.
+
+    Either form of HTTP is understood: seconds (fractions too), or an HTTP-date, counted from
+    the response's own ``Date`` header (``date``) if it has one, so that the two clocks never
+    mix; else from ``now`` (seconds since the epoch; by default the wall clock). A date in the
+    past means no wait. Garbage, negative, infinite and NaN values are ``None``. The value is
+    not capped here: whoever sleeps caps it (``settings.networking.max_retry_after``).
     """
     if value is None:
         return None
+    text = value.strip()
+    if not text or len(text) > _RETRY_AFTER_LENGTH:
+        return None
     try:
-        seconds = float(value.strip())
+        seconds = float(text)
     except ValueError:
+        pass
+    else:
+        # float() also takes "inf", "nan" and "1_0": only finite, non-negative numbers count.
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    when = _http_date(text)
+    if when is None:
         return None
-    if seconds != seconds or seconds < 0:  # NaN or negative
+    if date is not None:
+        reference = _http_date(date.strip())
+        if reference is None:
+            return None
+    else:
+        reference = time.time() if now is None else now
+    return max(0.0, when - reference)
+
+
+def _http_date(text: str) -> float | None:
+    """Seconds since the epoch of an HTTP-date (any of its three formats), or ``None``."""
+    if not text or len(text) > _RETRY_AFTER_LENGTH or not text[0].isalpha():
         return None
-    return seconds
+    # Imported here: dates are rare (Kubernetes sends seconds), and the email package is not
+    # worth loading into every operator for them.
+    from datetime import UTC
+    from email.utils import parsedate_to_datetime
+
+    try:
+        # Through a datetime, which checks the fields (no 32nd of October).
+        when = parsedate_to_datetime(text)
+        if when.tzinfo is None:  # "-0000": UTC, whatever the local zone
+            when = when.replace(tzinfo=UTC)
+        return when.timestamp()
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -244,11 +324,30 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) ->
         # Not a Status: proxies and load balancers answer with text, HTML or other JSON.
         message = body[:TEXT_MESSAGE_LIMIT].decode("utf-8", errors="replace").strip()
 
-    retry_after = parse_retry_after(_header(headers, "retry-after"))
-    if retry_after is None and details_retry_after is not None and details_retry_after >= 0:
+    retry_after = parse_retry_after(_header(headers, "retry-after"), date=_header(headers, "date"))
+    if (
+        retry_after is None
+        and details_retry_after is not None
+        and math.isfinite(details_retry_after)
+        and details_retry_after >= 0
+    ):
         retry_after = details_retry_after
 
     cls = error_class(status)
+    if cls is APIRedirectError:
+        location = _header(headers, "location")
+        shown = "no Location" if location is None else f"Location {_excerpt(location)}"
+        text = f"a redirect ({shown}), not followed: the API server never redirects"
+        return APIRedirectError(
+            f"{text}; {message}" if message else text,
+            status=status,
+            code=code,
+            reason=reason,
+            details=details,
+            retry_after=retry_after,
+            payload=payload,
+            location=location,
+        )
     return cls(
         message,
         status=status,
@@ -258,3 +357,8 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) ->
         retry_after=retry_after,
         payload=payload,
     )
+
+
+def _excerpt(text: str, limit: int = TEXT_MESSAGE_LIMIT) -> str:
+    """A header value for a message: quoted, and cut if long (it is the server's, unchecked)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."

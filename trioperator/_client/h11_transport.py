@@ -22,6 +22,12 @@ Design rules (each one a lesson of the library it replaces):
 - Failures without an HTTP response come out as ``APIConnectionError`` or ``APITimeoutError``
   whose message starts with the request (method and URL); a response that breaks the protocol
   (or a request h11 refuses to send) as ``APIProtocolError``, which is not retried.
+- Every response is untrusted input (the server, or any proxy on the way, may be hostile or
+  broken), and nothing it sends may grow the operator's memory or CPU without bound: a head
+  (status line and headers, 1xx heads included) or trailers of more than ``MAX_HEAD_BYTES``,
+  more than ``MAX_HEADERS`` headers, a body over the caller's ``max_size`` (as sent, or once
+  decompressed) all end the exchange with ``APIResponseTooLargeError`` as soon as they are
+  seen, without reading the rest. The bytes are counted per read, never per byte.
 """
 
 from __future__ import annotations
@@ -39,21 +45,40 @@ import h11
 import httptools
 import trio
 
-from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
+from trioperator._client.errors import (
+    APIConnectionError,
+    APIProtocolError,
+    APIResponseTooLargeError,
+    APITimeoutError,
+)
 from trioperator._client.tls_stream import TLSStream
 
 if TYPE_CHECKING:
     from h11._headers import Headers
 
-__all__ = ["Origin", "Proxy", "TransportPool", "TransportResponse"]
+__all__ = ["MAX_HEADERS", "MAX_HEAD_BYTES", "Origin", "Proxy", "TransportPool", "TransportResponse"]
+
+MAX_HEAD_BYTES: Final = 64 * 1024
+"""The most bytes of a response that may come without any of its body: its head (with any 1xx
+heads before it) and its trailers. An API server's head is well under 1 KiB, and proxies add
+little; 64 KiB is what common HTTP stacks accept, and it bounds what httptools accumulates of
+a header arriving in many pieces."""
+
+MAX_HEADERS: Final = 256
+"""The most header lines of a response (its trailers included); an API server sends about ten."""
 
 _READ_SIZE: Final = 65536
+# The most decompressed bytes one read of a streamed body hands on at once: a small compressed
+# read may inflate a thousandfold, so the rest is kept compressed for the next call.
+_INFLATE_PIECE: Final = 1024 * 1024
 _NO_TIMEOUT: Final = float("inf")
 _T = TypeVar("_T")
 # Headers that frame a request: set by the transport only.
 _FRAMING: Final = frozenset({"host", "content-length", "transfer-encoding"})
 # Sets of validated request headers kept per pool (see TransportPool._serialize).
 _VALIDATED_HEADERS: Final = 256
+# How much of a reason phrase (or a refusing proxy's Location) is kept for messages.
+_REASON_LENGTH: Final = 256
 
 
 def _write_through_connection(request: h11.Request, content: bytes | None) -> bytes:
@@ -226,23 +251,70 @@ class TransportResponse:
         self.headers = reader.headers
         self._decoder = _decoder_for(reader.headers.get("content-encoding"))
 
-    async def read(self) -> bytes:
-        """The whole (remaining) body."""
+    async def read(self, max_size: int | None = None) -> bytes:
+        """The whole (remaining) body; ``APIResponseTooLargeError`` if over ``max_size`` bytes.
+
+        The limit holds for the body as sent and once decompressed (inflated as it comes, so a
+        compression bomb costs at most the limit). A body announced larger (``Content-Length``)
+        is refused at once; another one as soon as it has grown past the limit: the rest is
+        never read, and the connection is closed.
+        """
         conn = self._conn
         if conn is None:
             return b""
         reader = self._reader
-        while not reader.complete:
-            await conn.receive_into(reader)
         parts = reader.body
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        parts.clear()
+        if max_size is not None and not reader.complete:
+            announced = _announced_length(reader.headers)
+            if announced is not None and announced > max_size:
+                raise self._too_large(conn, f"announces {announced} bytes, over", max_size)
         decoder = self._decoder
-        if decoder is not None:
-            data = _decompress(decoder, data, conn) + decoder.flush()
+        if decoder is None:
+            if max_size is None:
+                while not reader.complete:
+                    await conn.receive_into(reader)
+            else:
+                while not reader.complete:
+                    await conn.receive_into(reader)
+                    if reader.body_size > max_size:
+                        raise self._too_large(conn, "exceeds", max_size)
+            data = parts[0] if len(parts) == 1 else b"".join(parts)
+            parts.clear()
+        else:
+            inflated: list[bytes] = []
+            size = 0
+            while True:
+                if parts:
+                    data = parts[0] if len(parts) == 1 else b"".join(parts)
+                    parts.clear()
+                    # At most one byte past the limit is inflated: that byte tells it is over.
+                    room = 0 if max_size is None else max_size + 1 - size
+                    data = _decompress(decoder, data, conn, room)
+                    size += len(data)
+                    inflated.append(data)
+                    if max_size is not None and size > max_size:
+                        raise self._too_large(conn, "once decompressed exceeds", max_size)
+                if reader.complete:
+                    break
+                await conn.receive_into(reader)
+                if max_size is not None and reader.body_size > max_size:
+                    raise self._too_large(conn, "exceeds", max_size)
+            # All the input was taken with room to spare: nothing is left to inflate here.
+            inflated.append(decoder.flush())
+            data = b"".join(inflated)
         self._conn = None
         self._pool._release(conn, reader)
         return data
+
+    def _too_large(self, conn: _Connection, how: str, limit: int) -> APIResponseTooLargeError:
+        # The rest of the body is never read: the connection cannot be reused.
+        self._conn = None
+        conn.close()
+        return APIResponseTooLargeError(
+            f"{conn.what}: the response body (HTTP {self.status}) {how} the limit of {limit}"
+            " bytes (settings.networking.max_response_size)",
+            limit=limit,
+        )
 
     async def receive_some(self) -> bytes | None:
         """The next bytes of the body (decompressed if the server compressed it); None at its end.
@@ -257,13 +329,21 @@ class TransportResponse:
         reader = self._reader
         parts = reader.body
         decoder = self._decoder
+        if decoder is not None and decoder.unconsumed_tail:
+            # What an earlier read inflated beyond one piece: no network wait comes before it,
+            # so a checkpoint here keeps a long run of it (a compression bomb) from holding
+            # the trio loop.
+            await trio.lowlevel.checkpoint()
+            data = _decompress(decoder, decoder.unconsumed_tail, conn, _INFLATE_PIECE)
+            if data:
+                return data
         while True:
             if parts:
                 # All that one read brought (e.g. several watch events), at once.
                 data = parts[0] if len(parts) == 1 else b"".join(parts)
                 parts.clear()
                 if decoder is not None:
-                    data = _decompress(decoder, data, conn)
+                    data = _decompress(decoder, data, conn, _INFLATE_PIECE)
                 if data:
                     return data
             elif reader.complete:
@@ -296,16 +376,20 @@ class _ResponseReader:
     __slots__ = (
         "_informational",
         "_parser",
+        "_repeated",
         "body",
+        "body_size",
         "close_delimited",
         "complete",
         "head_done",
         "head_only",
+        "header_count",
         "headers",
         "reason",
         "reusable",
         "status",
         "trailing",
+        "unbodied",
     )
 
     def __init__(self, *, head_only: bool = False) -> None:
@@ -321,6 +405,13 @@ class _ResponseReader:
         self.reusable = True
         self.trailing = False  # bytes came after the complete response
         self.body: list[bytes] = []
+        self.body_size = 0  # bytes of body parsed so far (taken from ``body`` or not)
+        self.header_count = 0  # header lines of this head, then of its trailers
+        # Headers seen more than once, by name: all their values, joined once at the end of the
+        # head (joining as they come would copy the value so far for each repetition).
+        self._repeated: dict[str, list[str]] | None = None
+        # Bytes fed in a row that brought no body: a head, 1xx heads, trailers (see _Connection).
+        self.unbodied = 0
 
     def feed(self, data: bytes | bytearray) -> None:
         """Parse the bytes; ``httptools.HttpParserError`` for a response that breaks HTTP."""
@@ -348,26 +439,54 @@ class _ResponseReader:
             self.reusable = False
 
     def on_status(self, reason: bytes) -> None:
-        if not self.complete:
-            self.reason = reason.decode("latin-1")
+        # Called for each piece of the reason phrase as it arrives: only its beginning is kept
+        # (it is only ever shown), so a long one that trickles in costs no copying.
+        if not self.complete and len(self.reason) < _REASON_LENGTH:
+            self.reason = (self.reason + reason.decode("latin-1"))[:_REASON_LENGTH]
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.complete:
             return
+        self.header_count += 1
+        if self.header_count > MAX_HEADERS:
+            return  # the response is refused after this read (see _Connection.receive_into)
         # Names lower-cased; repeated headers are joined, as HTTP allows for lists.
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers = self.headers
-        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        if key in headers:
+            repeated = self._repeated
+            if repeated is None:
+                repeated = self._repeated = {}
+            values = repeated.get(key)
+            if values is None:
+                repeated[key] = [headers[key], text]
+            else:
+                values.append(text)
+        else:
+            headers[key] = text
+
+    def _join_repeated(self) -> None:
+        repeated = self._repeated
+        if repeated is not None:
+            self._repeated = None
+            headers = self.headers
+            for key, values in repeated.items():
+                headers[key] = ", ".join(values)
 
     def on_headers_complete(self) -> None:
         if self.complete:
             return
         status = self._parser.get_status_code()
         if 100 <= status < 200 and status != 101:
-            self._informational = True  # 100 Continue & co: the real answer follows
+            # 100 Continue, 103 Early Hints & co: the real answer follows, with its own head.
+            self._informational = True
             self.headers = {}
+            self._repeated = None
+            self.header_count = 0
+            self.reason = ""
             return
+        self._join_repeated()
         self.status = status
         self.head_done = True
         headers = self.headers
@@ -389,6 +508,7 @@ class _ResponseReader:
             self.reusable = False
         else:
             self.body.append(data)
+            self.body_size += len(data)
 
     def on_message_complete(self) -> None:
         if self._informational:
@@ -396,14 +516,30 @@ class _ResponseReader:
             return
         if self.complete:
             return
+        self._join_repeated()  # of the trailers
         self.complete = True
         if self.close_delimited or not self._parser.should_keep_alive():
             self.reusable = False
 
 
-def _decompress(decoder: zlib._Decompress, data: bytes, conn: _Connection) -> bytes:
+def _announced_length(headers: Mapping[str, str]) -> int | None:
+    """The ``Content-Length`` of a response, if it has one that is a plain number."""
+    value = headers.get("content-length")
+    if value is None:
+        return None
     try:
-        return decoder.decompress(data)
+        return int(value)
+    except ValueError:  # e.g. the same length repeated: llhttp judged it already
+        return None
+
+
+def _decompress(
+    decoder: zlib._Decompress, data: bytes, conn: _Connection, max_length: int = 0
+) -> bytes:
+    """Inflate ``data``: at most ``max_length`` bytes (0: all), the rest of the input kept in
+    ``decoder.unconsumed_tail``."""
+    try:
+        return decoder.decompress(data, max_length)
     except zlib.error as exc:
         conn.close()
         raise APIProtocolError(f"{conn.what}: malformed compressed body: {exc}") from exc
@@ -452,12 +588,32 @@ class _Connection:
                 if reader.head_done
                 else "the server closed the connection without sending a response"
             )
+        body_size = reader.body_size
         try:
             reader.feed(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.close()
             text = str(exc) or type(exc).__name__
             raise APIProtocolError(f"{self.what}: malformed HTTP response: {text}") from exc
+        # The limits of what comes without a body are checked once per read: a read is at
+        # most _READ_SIZE bytes, so nothing grows by more than that past a limit.
+        if reader.body_size != body_size:
+            reader.unbodied = 0
+        elif not reader.complete:
+            reader.unbodied += len(data)
+            if reader.unbodied > MAX_HEAD_BYTES:
+                self.close()
+                part = "trailers are" if reader.head_done else "head (status line and headers) is"
+                raise APIResponseTooLargeError(
+                    f"{self.what}: the response's {part} over {MAX_HEAD_BYTES} bytes",
+                    limit=MAX_HEAD_BYTES,
+                )
+        if reader.header_count > MAX_HEADERS:
+            self.close()
+            raise APIResponseTooLargeError(
+                f"{self.what}: the response has more than {MAX_HEADERS} headers",
+                limit=MAX_HEADERS,
+            )
 
     async def receive_head(self, reader: _ResponseReader) -> None:
         while not reader.head_done:
@@ -543,6 +699,9 @@ async def _open_tunnel(stream: trio.abc.Stream, origin: Origin, proxy: Proxy, wh
         ) from None
     if not 200 <= reader.status < 300:
         refusal = f"HTTP {reader.status} {reader.reason}".rstrip()
+        location = reader.headers.get("location")
+        if location is not None and 300 <= reader.status < 400:
+            refusal += f" (to {location[:_REASON_LENGTH]!r}, not followed)"
         raise conn.error(f"the proxy {proxy.url} refused the tunnel: {refusal}")
     if reader.body or reader.trailing:
         # The origin speaks only after the client's TLS hello: these bytes are the proxy's.
@@ -594,11 +753,15 @@ class TransportPool:
         headers: Mapping[str, str],
         content: bytes | None = None,
         connect_timeout: float | None = None,
+        max_size: int | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
-        """Send a request and read its whole response: status, headers, body."""
+        """Send a request and read its whole response: status, headers, body.
+
+        ``max_size`` bounds the body (see :meth:`TransportResponse.read`).
+        """
         response = await self._send(method, target, what, headers, content, connect_timeout)
         try:
-            body = await response.read()
+            body = await response.read(max_size)
         finally:
             response._discard()
         return response.status, response.headers, body

@@ -37,12 +37,17 @@ from urllib.parse import quote, urlencode, urlsplit
 import trio
 
 from trioperator._client.credentials import ConnectionInfo
-from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
+from trioperator._client.errors import (
+    APIConnectionError,
+    APIProtocolError,
+    APIResponseTooLargeError,
+    APITimeoutError,
+)
 from trioperator._client.h11_transport import Origin, Proxy, TransportPool
 from trioperator._client.tls import build_proxy_ssl_context, build_ssl_context
 from trioperator._util.ordering import OrderedSlots, current_ticket
 from trioperator._version import __version__
-from trioperator._wire.watch import LineSplitter
+from trioperator._wire.watch import MAX_LINE_BYTES, LineSplitter, LineTooLongError
 
 __all__ = [
     "USER_AGENT",
@@ -93,8 +98,8 @@ class _Body(Protocol):
         """The next bytes, or None at the end. Errors come out as APIConnectionError."""
         ...
 
-    async def read(self) -> bytes:
-        """All the remaining bytes."""
+    async def read(self, max_size: int | None = None) -> bytes:
+        """All the remaining bytes; APIResponseTooLargeError if more than ``max_size``."""
         ...
 
     async def unwind(self) -> None:
@@ -103,26 +108,40 @@ class _Body(Protocol):
 
 
 class HTTPStream:
-    """A response whose body is being streamed; valid only inside :meth:`HTTPSession.stream`."""
+    """A response whose body is being streamed; valid only inside :meth:`HTTPSession.stream`.
 
-    def __init__(self, status: int, headers: Mapping[str, str], body: _Body) -> None:
+    ``max_line`` bounds every line of the body, and the whole body when it is :meth:`read`.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: _Body,
+        *,
+        what: str = "",
+        max_line: int = MAX_LINE_BYTES,
+    ) -> None:
         self._body = body
         self._lines: _LineIterator | None = None
+        self._what = what
+        self._max_line = max_line
         self.status = status
         self.headers = headers
 
     async def read(self) -> bytes:
         """Read the whole (remaining) body: used for error responses, which are small."""
-        return await self._body.read()
+        return await self._body.read(self._max_line)
 
     def lines(self) -> AsyncIterator[bytes]:
-        """The body split on ``\\n``: complete lines of any length, blank lines skipped.
+        """The body split on ``\\n``: complete lines up to ``max_line`` bytes, blank ones skipped.
 
         An unterminated last line is delivered when the server ends the body normally. If the
-        connection breaks, :class:`APIConnectionError` is raised and the partial line is lost.
+        connection breaks, :class:`APIConnectionError` is raised and the partial line is lost;
+        a longer line raises :class:`APIResponseTooLargeError` (the stream cannot go on).
         """
         if self._lines is None:
-            self._lines = _LineIterator(self._body)
+            self._lines = _LineIterator(self._body, self._what, self._max_line)
         return self._lines
 
     async def _close(self) -> None:
@@ -138,11 +157,12 @@ class _LineIterator:
     the garbage collector, outside of the task and the cancel scopes that own the stream.
     """
 
-    __slots__ = ("_body", "_done", "_splitter")
+    __slots__ = ("_body", "_done", "_splitter", "_what")
 
-    def __init__(self, body: _Body) -> None:
+    def __init__(self, body: _Body, what: str, max_line: int) -> None:
         self._body = body
-        self._splitter = LineSplitter()
+        self._what = what
+        self._splitter = LineSplitter(max_line)
         self._done = False
 
     def __aiter__(self) -> _LineIterator:
@@ -162,7 +182,17 @@ class _LineIterator:
                 self._done = True
                 splitter.finish()
             else:
-                splitter.feed(chunk)
+                try:
+                    splitter.feed(chunk)
+                except LineTooLongError as exc:
+                    # Nothing after it can be trusted to start a line: the stream ends here.
+                    self._done = True
+                    await self._body.unwind()
+                    raise APIResponseTooLargeError(
+                        f"{self._what}: {exc}, over the limit of one watch event"
+                        " (settings.networking.max_response_size)",
+                        limit=exc.limit,
+                    ) from exc
         return line
 
     async def unwind(self) -> None:
@@ -325,10 +355,12 @@ class HTTPSession:
         headers: Headers = None,
         timeout: float | None = None,  # noqa: ASYNC109 -- a cancel scope inside
         connect_timeout: float | None = None,
+        max_size: int | None = None,
     ) -> HTTPResponse:
         """Send a request and read the whole response (whatever its status).
 
-        ``timeout`` bounds everything (connecting, sending, waiting, reading) by trio's clock.
+        ``timeout`` bounds everything (connecting, sending, waiting, reading) by trio's clock;
+        ``max_size`` the body, as sent and decompressed (:class:`APIResponseTooLargeError`).
         """
         target = _target(path, params)
         what = f"{method} {self.base_url}{target}"
@@ -355,6 +387,7 @@ class HTTPSession:
                         headers=self._merged_headers(headers),
                         content=content,
                         connect_timeout=connect_timeout,
+                        max_size=max_size,
                     )
                 finally:
                     self._slots.release()
@@ -373,10 +406,12 @@ class HTTPSession:
         params: Params = None,
         headers: Headers = None,
         connect_timeout: float | None = None,
+        max_line: int = MAX_LINE_BYTES,
     ) -> AsyncIterator[HTTPStream]:
         """Send a request and give the response with its body unread, to be read as lines.
 
         There is no total or read timeout here: the caller wraps this in its own cancel scopes.
+        ``max_line`` bounds each line (and the body, if read whole: e.g. an error's).
         """
         target = _target(path, params)
         what = f"{method} {self.base_url}{target}"
@@ -391,7 +426,9 @@ class HTTPSession:
             ) as response:
                 # An abandoned body needs no unwinding here: leaving this block closes the
                 # connection unless the body was read to its end.
-                stream = HTTPStream(response.status, response.headers, response)
+                stream = HTTPStream(
+                    response.status, response.headers, response, what=what, max_line=max_line
+                )
                 try:
                     yield stream
                 finally:

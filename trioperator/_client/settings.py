@@ -7,10 +7,16 @@ They live here (not in the engine) because the client is a lower layer than the 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
 # Kopf's defaults: a Fibonacci-ish ramp, 8 retries (so 9 attempts) before escalating.
 DEFAULT_ERROR_BACKOFFS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 21)
+
+DEFAULT_MAX_RESPONSE_SIZE = 64 * 1024 * 1024
+"""64 MiB: an object is at most ~1.5 MiB (etcd's default request limit), and a page of a
+listing (500 objects, see ``watching.LIST_PAGE_SIZE``) of objects averaging up to 128 KiB fits;
+a page that does not fit is asked for again in smaller pages."""
 
 
 @dataclasses.dataclass
@@ -32,9 +38,41 @@ class NetworkingSettings:
     enforce_retry_after: bool = False
     """If true, the server's ``Retry-After`` replaces every backoff; else only the shorter ones."""
 
+    max_retry_after: float = 60.0
+    """The longest wait a server's ``Retry-After`` (or ``retryAfterSeconds``) can impose, in
+    seconds: longer ones are cut to this. The value is the server's, hence untrusted."""
+
+    backoff_jitter: float = 1.0
+    """How much of every backoff is random, from 0 to 1: each sleep is drawn uniformly between
+    ``(1 - backoff_jitter) * step`` and the step of the ramp. 1 (the default) is "full jitter":
+    many clients (the watchers and workers of one operator, or the replicas of several) that
+    failed at once retry spread over the whole step instead of in lock-step. 0 sleeps exactly
+    the steps, as Kopf does. Applies to ``error_backoffs`` and to the watchers' retries."""
+
+    max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE
+    """The largest response body accepted, in bytes, as received and once decompressed (a
+    larger one is an error, not read any further); also the longest line of a watch stream
+    (one event: a longer one ends the stream, which reconnects after a backoff)."""
+
     trust_env: bool = False
     """Honour ``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` and, for the proxy's credentials,
     ``.netrc`` from the environment."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Checked when set (a startup handler's typo fails there), not on a request's path.
+        if name == "max_response_size" and not (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        ):
+            raise ValueError("max_response_size must be a positive integer (bytes).")
+        if name == "max_retry_after" and not (
+            isinstance(value, int | float) and not math.isnan(value) and value >= 0
+        ):
+            raise ValueError("max_retry_after must be a number of seconds, 0 or more.")
+        if name == "backoff_jitter" and not (
+            isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
+        ):
+            raise ValueError("backoff_jitter must be a number from 0 to 1.")
+        super().__setattr__(name, value)
 
 
 @dataclasses.dataclass

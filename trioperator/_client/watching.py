@@ -13,6 +13,15 @@ resumes watching from that version. Only when the server says that version is go
 or an ``ERROR`` event with code 410) does it LIST again. Any other ``ERROR`` event is fatal
 (:class:`WatchingError`), since retrying it blindly would hide a real problem.
 
+An answer that no API server gives -- a redirect, a response that breaks HTTP or exceeds the
+client's limits (a page, a watch line), a listing that is not one -- is logged as an error and
+the same step (the listing, or the watch from the same version) is tried again after a backoff
+that grows with every failure in a row (``settings.networking.error_backoffs``, its last step
+repeating, with ``backoff_jitter``; see ``backoff.py``): whoever sends them (a hostile or
+broken proxy, a wrong server URL), the operator stays up, and nothing half-read is taken for
+the resource's state (a redirected LIST is not an empty one). Throttling (429) that outlived
+the client's retries backs off the same way, for at least the server's capped ``Retry-After``.
+
 It is a task feeding a channel rather than an async generator, so that no cancel scope is ever
 suspended across a ``yield`` into foreign code.
 """
@@ -26,7 +35,15 @@ from typing import Any, Final, Literal, NoReturn, TypeAlias, TypedDict, cast
 import trio
 
 from trioperator._client.api import APIClient, Logger
-from trioperator._client.errors import APIConnectionError, APIGoneError, APITooManyRequestsError
+from trioperator._client.backoff import capped_retry_after, jittered, nth_backoff
+from trioperator._client.errors import (
+    APIConnectionError,
+    APIError,
+    APIGoneError,
+    APIProtocolError,
+    APIRedirectError,
+    APITooManyRequestsError,
+)
 from trioperator._client.resources import Resource
 from trioperator._client.settings import WatchingSettings
 from trioperator._wire.watch import WatchLineError, decode_watch_line
@@ -160,7 +177,8 @@ async def stream_events(
     follow on the channel in order.
 
     Escalates: :class:`WatchingError` (an ``ERROR`` event other than 410) and API errors that
-    outlived the client's retries (except 429, which only delays the next attempt). Settings are
+    outlived the client's retries, except 429, redirects and unusable answers (protocol errors,
+    over-size responses), which are logged and retried after a growing backoff. Settings are
     read anew for every request.
     """
     log: Logger = logger if logger is not None else _LOGGER
@@ -168,9 +186,11 @@ async def stream_events(
     what = _describe(resource, namespace)
     version: str | None = None
     started = False
+    failures = 0  # attempts in a row that failed (see _failure_backoff)
     health.alive = True
     try:
         while True:
+            trouble: APIError | APIConnectionError | None = None
             try:
                 if version is None:
 
@@ -203,7 +223,7 @@ async def stream_events(
                         task_status.started()
                         started = True
                     await send.send(LISTED)
-                version = await _watch_once(
+                version, trouble = await _watch_once(
                     api, resource, namespace, version, settings, send, health, log, what
                 )
             except APIGoneError:
@@ -211,11 +231,52 @@ async def stream_events(
                 version = None
             except APITooManyRequestsError as exc:
                 # The retries are exhausted, but a watcher must not die of throttling.
-                log.warning(f"Watch-stream for {what} is throttled; trying again: {exc!r}")
+                trouble = exc
+            except (APIRedirectError, APIProtocolError) as exc:
+                # Not an answer of an API server (see the module's docstring): the listing or
+                # the watch is tried again, and the version stays what it was -- a listing that
+                # failed midway lists again from its start.
+                trouble = exc
             health.reconnects += 1
-            await trio.sleep(settings.reconnect_backoff)
+            if trouble is None:
+                failures = 0
+                await trio.sleep(settings.reconnect_backoff)
+                continue
+            failures += 1
+            delay = _failure_backoff(api, settings, failures, trouble)
+            step = "listing" if version is None else "watch-stream"
+            message = (
+                f"The {step} of {what} failed (#{failures} in a row); retrying in"
+                f" {delay:.3g} seconds: {trouble}"
+            )
+            if isinstance(trouble, APITooManyRequestsError):
+                log.warning(f"Watch-stream for {what} is throttled. {message}")
+            else:
+                log.error(message)
+            await trio.sleep(delay)
     finally:
         health.alive = False
+
+
+def _failure_backoff(
+    api: APIClient,
+    settings: WatchingSettings,
+    failures: int,
+    trouble: APIError | APIConnectionError,
+) -> float:
+    """The sleep after the ``failures``-th failure in a row: a step of the client's ramp (its last
+    step repeating; ``reconnect_backoff`` if it has none) with jitter, and never shorter than
+    the (capped) ``Retry-After`` of a throttled attempt."""
+    networking = api.settings
+    step = nth_backoff(networking.error_backoffs, failures)
+    if step is None:
+        step = settings.reconnect_backoff
+    delay = jittered(step, networking.backoff_jitter, api.rng)
+    if isinstance(trouble, APIError):
+        retry_after = capped_retry_after(trouble.retry_after, networking.max_retry_after)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+    return delay
 
 
 async def _watch_once(
@@ -228,8 +289,9 @@ async def _watch_once(
     health: WatchHealth,
     log: Logger,
     what: str,
-) -> str | None:
-    """Run one watch request from ``version``; return the version to resume from.
+) -> tuple[str | None, APIProtocolError | None]:
+    """Run one watch request from ``version``; return the version to resume from, and why the
+    stream broke if it broke on an unusable answer (for the caller to back off).
 
     ``None`` means the version is too old and the resource must be listed again.
     """
@@ -303,7 +365,7 @@ async def _watch_once(
                     elif kind == "ERROR":
                         if obj.get("code") == 410 or obj.get("reason") in _EXPIRED_REASONS:
                             log.debug(f"Watch-stream for {what} expired: {obj.get('message')}")
-                            return None
+                            return None, None
                         raise WatchingError(
                             f"Error in the watch-stream of {what}: {obj.get('message') or obj}",
                             status=obj,
@@ -315,11 +377,15 @@ async def _watch_once(
                         )
         except APIConnectionError as exc:
             # Failing to establish the stream was already retried by the client: escalate.
-            # A stream that broke after it was established is simply resumed.
+            # A stream that broke after it was established is simply resumed; at once if the
+            # connection broke, after a backoff if the server sent what cannot be read (it
+            # would most likely send it again).
             if not established:
                 raise
+            if isinstance(exc, APIProtocolError):
+                return version, exc
             log.debug(f"Watch-stream for {what} was interrupted: {exc}")
-            return version
+            return version, None
     if silence.cancelled_caught:
         log.warning(
             f"Watch-stream for {what} is inactive for {_seconds(inactivity or 0)} seconds;"
@@ -327,7 +393,7 @@ async def _watch_once(
         )
     elif overall.cancelled_caught:
         log.debug(f"Watch-stream for {what} reached the client timeout; reconnecting.")
-    return version
+    return version, None
 
 
 def _version_of(obj: dict[str, Any]) -> str | None:

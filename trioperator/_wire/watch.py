@@ -13,7 +13,14 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["MAX_LINE_BYTES", "LineSplitter", "WatchEvent", "WatchLineError", "decode_watch_line"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "LineSplitter",
+    "LineTooLongError",
+    "WatchEvent",
+    "WatchLineError",
+    "decode_watch_line",
+]
 
 
 class WatchEvent(msgspec.Struct):
@@ -55,8 +62,18 @@ def decode_watch_line(line: bytes) -> WatchEvent:
 
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
-"""The longest watch line kept: an object is at most ~1.5 MiB in etcd by default, so a longer
-line is garbage (or an attack) and would only grow the operator's memory while it arrives."""
+"""The default longest line: an object is at most ~1.5 MiB in etcd by default, so a longer line
+is garbage (or an attack) and would only grow the operator's memory while it arrives. The
+client sets its own (``settings.networking.max_response_size``)."""
+
+
+class LineTooLongError(ValueError):
+    """A line grew past the splitter's limit before its end came."""
+
+    def __init__(self, limit: int, size: int) -> None:
+        super().__init__(f"a line exceeds {limit} bytes ({size} bytes so far, not ended)")
+        self.limit = limit
+        self.size = size
 
 
 class LineSplitter:
@@ -67,20 +84,19 @@ class LineSplitter:
     Blank lines are dropped. Feed chunks with :meth:`feed`, take complete lines with
     :meth:`pop`, and call :meth:`finish` at the end of the stream to flush an unterminated line.
 
-    A line longer than ``max_line`` bytes is not kept: its bytes are dropped as they come, and in
-    its place comes a short line that says so (with the line's beginning), which no decoder
-    takes for an event -- so the reader logs it as undecodable and goes on with the next line.
+    A line longer than ``max_line`` bytes raises :class:`LineTooLongError` from :meth:`feed` as
+    soon as it has grown past the limit, and its pieces are dropped: no event may be longer, so
+    the stream is broken, and skipping the line would silently lose an event; the reader ends
+    the stream instead (and resumes it from the last version it got, after a backoff).
     """
 
-    __slots__ = ("_head", "_max_line", "_partial", "_ready", "_size", "_skipping")
+    __slots__ = ("_max_line", "_partial", "_ready", "_size")
 
     def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
         self._partial: list[bytes] = []
         self._ready: deque[bytes] = deque()
         self._max_line = max_line
         self._size = 0  # bytes in _partial
-        self._skipping = 0  # bytes of an oversized line dropped so far (0: not skipping)
-        self._head = b""
 
     def feed(self, chunk: bytes) -> None:
         if b"\n" not in chunk:
@@ -88,53 +104,40 @@ class LineSplitter:
             return
         pieces = chunk.split(b"\n")
         self._add(pieces[0])
-        first = self._take()
-        if first is not None:
-            pieces[0] = first
-        else:
-            del pieces[0]
+        if self._partial:
+            pieces[0] = self._take()
         tail = pieces.pop()
+        limit = self._max_line
+        if len(chunk) > limit:
+            # Only a chunk longer than the limit can hold a whole line that is: checked per
+            # chunk, and only then per line.
+            for piece in pieces:
+                if len(piece) > limit:
+                    raise LineTooLongError(limit, len(piece))
         self._ready.extend(piece for piece in pieces if piece and not piece.isspace())
         self._add(tail)
 
     def _add(self, piece: bytes) -> None:
         if not piece:
             return
-        if self._skipping:
-            self._skipping += len(piece)
-            return
         self._partial.append(piece)
         self._size += len(piece)
         if self._size > self._max_line:
-            joined = b"".join(self._partial)
-            self._head = joined[:_EXCERPT]
-            self._skipping = len(joined)
+            size = self._size
             self._partial.clear()
             self._size = 0
+            raise LineTooLongError(self._max_line, size)
 
-    def _take(self) -> bytes | None:
-        """The line ending here: the collected pieces, or the note about a skipped one."""
-        if self._skipping:
-            note = (
-                (
-                    f"(a line of {self._skipping} bytes, over the limit of {self._max_line}, "
-                    "was skipped; it began with: "
-                ).encode()
-                + self._head
-                + b")"
-            )
-            self._skipping, self._head = 0, b""
-            return note
-        if not self._partial:
-            return b""
-        line = b"".join(self._partial)
+    def _take(self) -> bytes:
+        """The line ending here: the collected pieces."""
+        line = self._partial[0] if len(self._partial) == 1 else b"".join(self._partial)
         self._partial.clear()
         self._size = 0
         return line
 
     def finish(self) -> None:
         """The stream has ended: whatever is left is the last line, if it is not blank."""
-        last = self._take()
+        last = self._take() if self._partial else b""
         if last and not last.isspace():
             self._ready.append(last)
 

@@ -182,7 +182,9 @@ async def server(start_server: ServerStarter) -> ScriptedServer:
 
 @pytest.fixture
 def networking() -> NetworkingSettings:
-    return NetworkingSettings()
+    # The exact steps, without jitter, so that the tests here can assert every backoff; the
+    # jitter (on by default) has tests of its own (tests/attack/test_client.py).
+    return NetworkingSettings(backoff_jitter=0)
 
 
 @pytest.fixture

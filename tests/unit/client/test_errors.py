@@ -14,6 +14,7 @@ from trioperator._client.errors import (
     APIForbiddenError,
     APIGoneError,
     APINotFoundError,
+    APIRedirectError,
     APIServerError,
     APITimeoutError,
     APITooManyRequestsError,
@@ -60,7 +61,9 @@ def status_body(
         (503, APIServerError),
         (504, APIServerError),
         (599, APIServerError),
-        (302, APIError),
+        (302, APIRedirectError),
+        (301, APIRedirectError),
+        (307, APIRedirectError),
         (666, APIError),
     ],
 )
@@ -217,13 +220,80 @@ def test_retry_after_absent() -> None:
         ("1.5", 1.5),
         ("-1", None),
         ("nan", None),
-        ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+        ("inf", None),
+        ("-inf", None),
+        ("Infinity", None),
+        ("1e999", None),
+        ("1e9", 1e9),  # parsed as sent: whoever sleeps caps it
+        ("1_0", 10.0),  # Python's float() reads it; harmless
+        ("soon", None),
+        ("5 seconds", None),
+        ("0x10", None),
+        ("1" * 100, None),  # longer than any real value
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # a date in the past: no wait
         ("", None),
+        ("   ", None),
         (None, None),
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:
     assert parse_retry_after(value) == expected
+
+
+# Wed, 21 Oct 2015 07:28:00 GMT, as seconds since the epoch.
+OCT_21 = 1445412480.0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Wed, 21 Oct 2015 07:28:30 GMT",  # IMF-fixdate, the one HTTP senders must use
+        "Wednesday, 21-Oct-15 07:28:30 GMT",  # the obsolete RFC 850 form
+        "Wed Oct 21 07:28:30 2015",  # the obsolete asctime form
+    ],
+)
+def test_parse_retry_after_dates_from_the_wall_clock(value: str) -> None:
+    assert parse_retry_after(value, now=OCT_21) == 30.0
+
+
+def test_parse_retry_after_date_counts_from_the_responses_own_date() -> None:
+    # The server's clock against the server's clock: a skewed local clock does not matter.
+    value = "Wed, 21 Oct 2015 07:30:00 GMT"
+    assert parse_retry_after(value, date="Wed, 21 Oct 2015 07:28:00 GMT", now=0) == 120.0
+    assert parse_retry_after(value, date="garbage", now=OCT_21) is None
+
+
+@pytest.mark.parametrize(
+    "value", ["Wed, 32 Oct 2015 07:28:00 GMT", "Someday, never", "Wed, 21 Oct 99999 00:00:00 GMT"]
+)
+def test_parse_retry_after_broken_dates(value: str) -> None:
+    assert parse_retry_after(value, now=OCT_21) is None
+
+
+def test_retry_after_date_in_a_response_counts_from_its_date_header() -> None:
+    headers = {
+        "Retry-After": "Wed, 21 Oct 2015 07:28:07 GMT",
+        "Date": "Wed, 21 Oct 2015 07:28:00 GMT",
+    }
+    assert error_from_response(503, b"", headers).retry_after == 7.0
+
+
+def test_redirect_names_its_location_and_is_not_a_client_error() -> None:
+    err = error_from_response(302, b"<html>moved</html>", {"location": "https://elsewhere/x"})
+    assert isinstance(err, APIRedirectError)
+    assert not isinstance(err, APIClientError | APIServerError)
+    assert err.location == "https://elsewhere/x"
+    assert str(err).startswith(
+        "HTTP 302: a redirect (Location 'https://elsewhere/x'), not followed"
+    )
+    assert "<html>moved</html>" in str(err)
+
+
+def test_redirect_with_a_huge_location_is_cut_in_the_message() -> None:
+    err = error_from_response(301, b"", {"Location": "x" * 100_000})
+    assert isinstance(err, APIRedirectError)
+    assert len(str(err)) < 400
+    assert err.location == "x" * 100_000
 
 
 def test_unparsable_header_falls_back_to_details() -> None:

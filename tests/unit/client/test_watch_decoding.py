@@ -6,7 +6,13 @@ import json
 
 import pytest
 from trioperator._wire.status import decode_status, status_from_dict
-from trioperator._wire.watch import LineSplitter, WatchEvent, WatchLineError, decode_watch_line
+from trioperator._wire.watch import (
+    LineSplitter,
+    LineTooLongError,
+    WatchEvent,
+    WatchLineError,
+    decode_watch_line,
+)
 
 
 def test_valid_event() -> None:
@@ -173,21 +179,29 @@ def test_decode_status_garbage(body: bytes) -> None:
     assert decode_status(body) is None
 
 
-def test_an_oversized_line_is_skipped_with_a_note_and_the_next_line_is_intact() -> None:
+def test_an_oversized_line_is_an_error_as_soon_as_it_outgrows_the_limit() -> None:
     splitter = LineSplitter(max_line=100)
-    splitter.feed(b'{"type":"ADDED","object":{"big":"' + b"x" * 80)
-    splitter.feed(b"x" * 1000)  # over the limit: dropped as it comes, not kept
-    assert splitter.pending == 0
-    splitter.feed(b'"}}\n{"type":"DELETED","object":{}}\n')
-    note = splitter.pop()
-    assert note is not None
-    assert note.startswith(b"(a line of 1116 bytes, over the limit of 100, was skipped;")
-    assert b'it began with: {"type":"ADDED"' in note
-    with pytest.raises(WatchLineError, match="Not a watch event"):
-        decode_watch_line(note)  # the reader logs it as undecodable and goes on
-    line = splitter.pop()
-    assert line is not None
-    assert decode_watch_line(line).type == "DELETED"
+    splitter.feed(b'{"type":"ADDED","object":{"big":"' + b"x" * 60)
+    assert splitter.pending == 93
+    with pytest.raises(LineTooLongError, match="a line exceeds 100 bytes") as info:
+        splitter.feed(b"x" * 1000)  # not kept: the error comes before any end of the line
+    assert (info.value.limit, info.value.size) == (100, 1093)
+    assert splitter.pending == 0  # what it held is dropped
+    assert splitter.pop() is None
+
+
+def test_an_oversized_whole_line_within_one_chunk_is_an_error() -> None:
+    splitter = LineSplitter(max_line=100)
+    with pytest.raises(LineTooLongError):
+        splitter.feed(b"{}\n" + b"x" * 200 + b"\n{}\n")
+
+
+def test_lines_up_to_the_limit_pass() -> None:
+    splitter = LineSplitter(max_line=100)
+    splitter.feed(b"a" * 60)
+    splitter.feed(b"a" * 40 + b"\n" + b"b" * 100 + b"\n")
+    assert splitter.pop() == b"a" * 100
+    assert splitter.pop() == b"b" * 100
     assert splitter.pop() is None
 
 
