@@ -66,11 +66,11 @@ from trioperator._kits.cluster_detection import (
     detect_cluster_host,
 )
 from trioperator._kits.errors import MissingDependencyError, WebhookCAError
-from trioperator._runtime.admission import current_api
 from trioperator._runtime.webhook_serving import (
     ServingSetup,
     StrPath,
     build_url,
+    current_support,
     serve_relayed,
     serve_translated,
     serve_webhooks,
@@ -589,7 +589,7 @@ class WebhookServiceServer(WebhookServer):
         await super()._serve_locally(fn, configs=configs, task_status=task_status)
 
     async def _obtain_shared_ca(self) -> CertificateAuthority:
-        api = current_api()
+        api = current_support().api
         where = f"{self.ca_secret_namespace}/{self.ca_secret}"
         if api is None:
             raise WebhookCAError(

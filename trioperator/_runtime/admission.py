@@ -14,8 +14,9 @@ sends its client config (URL or service, CA bundle) whenever it changes; the man
 both configurations with one webhook per handler pointing at ``<url>/<handler id>``, and again
 whenever the config or the served resources change. A configuration that does not exist (yet,
 or any more) is created first; only ``create`` and ``patch`` permissions are needed. The server's
-task sees the operator's API client as :func:`current_api` (e.g. for the CA that the replicas of
-a ``WebhookServiceServer`` share in a Secret).
+task sees the operator's API client and ``settings.serving`` as its
+:class:`~trioperator._runtime.webhook_serving.ServerSupport` (e.g. for the CA that the replicas of
+a ``WebhookServiceServer`` share in a Secret, and for the limits of its connections).
 
 Differences from Kopf: a review is cut off after ``settings.admission.timeout_seconds`` (the
 API server has given up by then); ``namespace_selector`` and ``timeout_seconds`` reach the
@@ -32,10 +33,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import contextvars
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -69,7 +69,7 @@ from trioperator._engine.memos import copy_memo
 from trioperator._engine.patches import Patch
 from trioperator._engine.progression import HandlerState
 from trioperator._engine.registry import OperatorRegistry
-from trioperator._engine.settings import OperatorSettings
+from trioperator._engine.settings import OperatorSettings, ServingSettings
 from trioperator._engine.webhooks import (
     Headers,
     SSLPeer,
@@ -80,7 +80,7 @@ from trioperator._engine.webhooks import (
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.loggers import LocalObjectLogger
 from trioperator._runtime.metrics import OperatorMetrics
-from trioperator._runtime.webhook_serving import serving_limits
+from trioperator._runtime.webhook_serving import ServerSupport, providing
 from trioperator._wire.admission import (
     AdmissionReview,
     ReviewDecodeError,
@@ -94,8 +94,6 @@ __all__ = [
     "AdmissionInsights",
     "AdmissionServing",
     "AdmissionSetupError",
-    "current_api",
-    "providing_api",
     "run_admission",
 ]
 
@@ -380,10 +378,10 @@ async def run_admission(
         )
 
     send, receive = trio.open_memory_channel[WebhookClientConfig](math.inf)
-    # Inherited by the server's tasks: a user-built server kit knows no settings.
-    serving_limits.set(settings.serving)
     async with trio.open_nursery() as serving:
-        await serving.start(partial(_run_server, server, fn, send, api), name="admission server")
+        await serving.start(
+            partial(_run_server, server, fn, send, api, settings.serving), name="admission server"
+        )
         try:
             async with trio.open_nursery() as managing:
                 if settings.admission.managed is not None:
@@ -408,38 +406,16 @@ async def run_admission(
             serving.cancel_scope.cancel()
 
 
-_server_api: contextvars.ContextVar[APIClient] = contextvars.ContextVar("trioperator.admission.api")
-
-
-def current_api() -> APIClient | None:
-    """The API client of the operator whose admission server runs in this task, if any.
-
-    For webhook servers that keep state in the cluster (e.g. the CA that several replicas
-    share, in a Secret): they use the operator's own client, with its credentials, retries and
-    metrics. ``None`` for a server run outside of an operator.
-    """
-    return _server_api.get(None)
-
-
-@contextlib.contextmanager
-def providing_api(api: APIClient) -> Iterator[None]:
-    """Make ``api`` the :func:`current_api` of this task and of the tasks it starts."""
-    token = _server_api.set(api)
-    try:
-        yield
-    finally:
-        _server_api.reset(token)
-
-
 async def _run_server(
     server: Any,
     fn: WebhookFn,
     configs: trio.MemorySendChannel[WebhookClientConfig],
     api: APIClient,
+    limits: ServingSettings,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    with providing_api(api):
+    with providing(ServerSupport(api=api, limits=limits)):
         await _serve_with(server, fn, configs, task_status=task_status)
 
 

@@ -21,6 +21,7 @@ tunnel's address instead of the local one, and follow the local server's restart
 from __future__ import annotations
 
 import base64
+import contextlib
 import contextvars
 import dataclasses
 import hashlib
@@ -29,13 +30,14 @@ import logging
 import os
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from functools import partial
 from typing import Final, TypeAlias
 
 import msgspec
 import trio
 
+from trioperator._client.api import APIClient
 from trioperator._engine.settings import ServingSettings
 from trioperator._engine.webhooks import (
     TrioWebhookServer,
@@ -56,16 +58,48 @@ __all__ = [
     "build_url",
     "serve_relayed",
     "serve_translated",
+    "ServerSupport",
+    "current_support",
+    "providing",
     "serve_webhooks",
-    "serving_limits",
 ]
 
 logger = logging.getLogger("trioperator.webhooks")
 
-serving_limits: contextvars.ContextVar[ServingSettings] = contextvars.ContextVar("serving_limits")
-"""The limits of the webhook servers started in this context: the operator sets its
-``settings.serving`` before it starts its admission server, whose kit (built by the user, with
-no access to the settings) serves through :func:`serve_webhooks`."""
+
+@dataclasses.dataclass(frozen=True)
+class ServerSupport:
+    """What an operator gives the webhook servers it serves: they are built by the user, with
+    no access to the operator, and reach this through :func:`current_support` in their tasks."""
+
+    api: APIClient | None = None
+    """The operator's API client, for servers that keep state in the cluster (e.g. the CA that
+    the replicas of a ``WebhookServiceServer`` share in a Secret): with the operator's
+    credentials, retries and metrics. ``None`` for a server run outside of an operator."""
+
+    limits: ServingSettings = dataclasses.field(default_factory=ServingSettings)
+    """The limits of the connections (the operator's ``settings.serving``)."""
+
+
+_support: contextvars.ContextVar[ServerSupport] = contextvars.ContextVar(
+    "trioperator.webhook_serving.support"
+)
+
+
+def current_support() -> ServerSupport:
+    """What the operator serving this task's webhook server gives it (defaults outside one)."""
+    return _support.get(None) or ServerSupport()
+
+
+@contextlib.contextmanager
+def providing(support: ServerSupport) -> Iterator[None]:
+    """Make ``support`` the :func:`current_support` of this task and of the tasks it starts."""
+    token = _support.set(support)
+    try:
+        yield
+    finally:
+        _support.reset(token)
+
 
 StrPath: TypeAlias = str | os.PathLike[str]
 """A file name as ``open()`` takes it (the certificate, key and CA files)."""
@@ -122,13 +156,12 @@ async def serve_webhooks(
     Service (e.g. ``{"namespace": "ns", "name": "hooks", "port": 443, "path": "/x"}``) instead
     of the URL of this listener.
 
-    ``limits`` bound the connections (default: :data:`serving_limits` of the operator, else
-    the defaults of ``ServingSettings``). ``addr`` is the address to listen on (``None``: every
-    interface), ``path`` the root path of the webhooks (``""`` or ``/a/b``, no trailing
-    slash), ``host`` the name the API server reaches the listener by. Errors of the initial
-    ``build`` (a missing file, a wrong password) propagate: the operator cannot serve with
-    them. After a restart, the previous listener's connections have ``grace`` seconds to
-    finish their reviews.
+    ``limits`` bound the connections (default: those of :func:`current_support`). ``addr``
+    is the address to listen on (``None``: every interface), ``path`` the root path of the
+    webhooks (``""`` or ``/a/b``, no trailing slash), ``host`` the name the API server reaches
+    the listener by. Errors of the initial ``build`` (a missing file, a wrong password)
+    propagate: the operator cannot serve with them. After a restart, the previous listener's
+    connections have ``grace`` seconds to finish their reviews.
     """
     # The digest first: files renewed while the setup is built then count as a change.
     digest = await _digest(watched)
@@ -137,7 +170,7 @@ async def serve_webhooks(
         port = await _free_port(addr)
     handler = partial(_handle, fn, path)
     if limits is None:
-        limits = serving_limits.get(None) or ServingSettings()
+        limits = current_support().limits
     started = False
     async with trio.open_nursery() as nursery:
         while True:

@@ -29,8 +29,8 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookClientConfig
 from trioperator._kits.errors import WebhookCAError
 from trioperator._kits.webhooks import WebhookServiceServer
-from trioperator._runtime.admission import providing_api
 from trioperator._runtime.operator import Operator
+from trioperator._runtime.webhook_serving import ServerSupport, providing
 from trioperator.testing import FakeAPI
 
 from .conftest import Recorder, free_port, post
@@ -71,7 +71,7 @@ class Replica:
         self.configs_in, self.configs = trio.open_memory_channel[WebhookClientConfig](10)
 
     async def run(self, fn: Recorder) -> None:
-        with providing_api(self.api):
+        with providing(ServerSupport(api=self.api)):
             await self.server.serve(fn, configs=self.configs_in)
 
 
@@ -245,7 +245,7 @@ async def serve_failing(server: WebhookServiceServer, api: APIClient | None) -> 
     send, _ = trio.open_memory_channel[WebhookClientConfig](1)
     with contextlib.ExitStack() as stack:
         if api is not None:
-            stack.enter_context(providing_api(api))
+            stack.enter_context(providing(ServerSupport(api=api)))
         with pytest.raises(WebhookCAError) as err:
             await server.serve(Recorder(), configs=send)
     return err.value

@@ -21,7 +21,7 @@ from trioperator._kits.webhooks import (
     accessible_addr,
     certificate_hostnames,
 )
-from trioperator._runtime.admission import providing_api
+from trioperator._runtime.webhook_serving import ServerSupport, providing
 
 
 @pytest.mark.parametrize(
@@ -242,5 +242,8 @@ async def test_missing_cryptography_for_the_shared_ca_names_the_extra(
     send, _ = trio.open_memory_channel[WebhookClientConfig](1)
     server = kopf.WebhookServiceServer(name="hooks", namespace="ops")
     api = cast(APIClient, object())  # never reached: the import fails first
-    with providing_api(api), pytest.raises(MissingDependencyError, match=r"\[webhooks\]"):
+    with (
+        providing(ServerSupport(api=api)),
+        pytest.raises(MissingDependencyError, match=r"\[webhooks\]"),
+    ):
         await server.serve(None, configs=send)  # type: ignore[arg-type]
