@@ -141,6 +141,26 @@ def test_the_image_is_non_root_and_logs_json(image: tuple[Path, Any]) -> None:
     assert not list((rootfs / "usr/lib").glob("python3*/ensurepip"))  # no way to get pip back
 
 
+def test_the_image_can_keep_a_webhook_ca_for_its_replicas(image: tuple[Path, Any]) -> None:
+    # The manifests' WebhookServiceServer makes (or loads) the CA in a Secret and issues its
+    # serving certificate from it: the image has the `webhooks` extra for that.
+    rootfs, config = image
+    uid, gid = config["User"].split(":")
+    script = (
+        "from trioperator._kits.certificates import CertificateAuthority as CA; "
+        "ca = CA.generate('webhooks-ca'); "
+        "chain, key = ca.issue(['trioperator-webhooks.trioperator.svc']); "
+        "print(chain.count(b'BEGIN CERTIFICATE'), ca.bundle == ca.cert_pem)"
+    )
+    command = [
+        "unshare", "--mount", f"--root={rootfs}", "/usr/bin/setpriv", f"--reuid={uid}",
+        f"--regid={gid}", "--clear-groups", "/opt/trioperator/bin/python", "-c", script,
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", "True"]
+
+
 def test_the_image_serves_an_object_as_pid_1_and_stops_on_sigterm(
     image: tuple[Path, Any],
     kubeconfig: Path,
