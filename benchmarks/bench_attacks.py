@@ -249,7 +249,7 @@ def trickle(head: bytes, every: float) -> Script:
     return script
 
 
-def send(data: bytes, *, then: bytes = b"") -> Script:
+def send(data: bytes, then: bytes = b"") -> Script:
     """Send ``data`` at once, then ``then`` (e.g. a declared body) as fast as it is taken."""
 
     async def script(stream: trio.abc.Stream, conn: Conn) -> None:
