@@ -338,7 +338,7 @@ def rss_kib(pid: int) -> int:
 
 
 RSS_GROWTH_LIMIT_MIB = 200
-"""Measured: ~50 MiB for one 10 MiB review decoded at a time (the budget of 16 MiB admits one
+"""Measured: 31-37 MiB for one 10 MiB review decoded at a time (the budget of 16 MiB admits one
 such body at once); the limit leaves a margin for a busy machine's garbage collection."""
 
 
