@@ -352,6 +352,35 @@ async def test_large_bodies_in_memory_at_once_are_bounded_by_the_budget() -> Non
     assert most_large_in_handler == 1
 
 
+async def test_a_large_body_that_waits_for_the_budget_past_its_deadline_gets_503(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    # The first large body holds the budget (its handler waits); the second waits for its
+    # share until the body timeout: 503 for it, and the server goes on serving the others.
+    # (It used to raise UnboundLocalError out of the server, which stopped the operator.)
+    large = b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 204800\r\n\r\n" + b"x" * 204800
+    async with serving() as served:
+        served.release = trio.Event()
+        with clients(served.port, 3) as (first, second, small):
+            await trio.to_thread.run_sync(first.sendall, large)
+            await settle()
+            assert served.in_handler == 1
+            second.sendall(large[:1000])
+            await settle()
+            mock_clock.jump(9.9)
+            await settle()
+            assert state(second) is None
+            mock_clock.jump(0.2)
+            await settle()
+            assert status_of(state(second)) == 503
+            served.release.set()
+            await settle()
+            assert status_of(state(first)) == 200
+            small.sendall(GET)
+            await settle()
+            assert status_of(state(small)) == 200
+
+
 async def test_a_peer_that_does_not_read_its_answer_is_dropped_at_the_send_timeout(
     mock_clock: trio.testing.MockClock,
 ) -> None:

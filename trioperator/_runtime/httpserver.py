@@ -353,6 +353,7 @@ class _Connection:
         deadline = _deadline(self.limits.body_timeout)
         chunked = declared is None and any(name == b"transfer-encoding" for name, _ in head.headers)
         share = max(0, (limit if chunked else declared or 0) - _FREE_BODY)
+        taken = 0  # unset if the deadline passes while waiting
         with trio.move_on_at(deadline):
             taken = await self.server.budget.take(share)
         if share and not taken:
