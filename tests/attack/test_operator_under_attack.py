@@ -5,8 +5,9 @@ its own file): a validating webhook (TLS, a managed configuration that fails ope
 selects labelled objects of the test's namespace), a create handler, a liveness endpoint.
 While hostile clients hold its webhook port, its real work must go on: the liveness endpoint,
 the watch (an object gets handled), a review through the API server. The attackers must get
-what the limits promise: the connections beyond the cap closed at once, the rest at their
-timeout; the log says so in a few rate-limited lines, without tracebacks.
+what the limits promise: the longest waiting connections closed at once to make room for newer
+ones beyond the cap, the rest at their timeout; the log says so in a few rate-limited lines,
+without tracebacks.
 
 The attacks are bounded (400 idle connections, 5 slowloris clients, 6 reviews of 10 MiB) and
 stay on 127.0.0.1. The test waits for events (answers, closed connections, log lines) and polls
@@ -252,10 +253,12 @@ async def test_idle_crowd_and_slowloris_leave_the_operator_working(
     slow = [Client() for _ in range(5)]
     idle = [Client() for _ in range(400)]
     async with trio.open_nursery() as nursery:
-        for client in slow:
-            await nursery.start(partial(attacker, target.port, client, slowloris, tls=True))
         for client in idle:
             await nursery.start(attacker, target.port, client)
+        # The slowloris clients come last: the listener, full of idle connections, closes the
+        # longest waiting ones to make room for them (and for the API server's).
+        for client in slow:
+            await nursery.start(partial(attacker, target.port, client, slowloris, tls=True))
         attacked = trio.current_time()
 
         # Under attack: the liveness endpoint, a review through the API server, the watch.
@@ -277,18 +280,19 @@ async def test_idle_crowd_and_slowloris_leave_the_operator_working(
             for client in [*slow, *idle]:
                 await client.done.wait()
 
-    # The slowloris clients were admitted first: 408 at the header timeout.
+    # The slowloris clients were admitted: 408 at the header timeout.
     for client in slow:
         assert client.status() == 408, client.received
         assert client.opened is not None
         assert client.closed is not None
         assert HEADER_TIMEOUT - 0.5 < client.closed - client.opened < HEADER_TIMEOUT + 3
-    # Beyond the cap of 100 (less the slowloris clients and the API server's connections), the
-    # idle ones were closed at once; the admitted rest at the handshake timeout.
+    # Beyond the cap of 100, the longest waiting idle ones were closed at once to make room (for
+    # newer idle ones, the slowloris clients, the API server's connections); the newest 90-odd
+    # at the handshake timeout.
     lifetimes = [client.closed - client.opened for client in idle]  # type: ignore[operator]
     at_once = [t for t in lifetimes if t < 3]
     timed_out = [t for t in lifetimes if t >= 3]
-    assert 300 <= len(at_once) <= 310, sorted(lifetimes)
+    assert 300 <= len(at_once) <= 315, sorted(lifetimes)
     assert len(timed_out) == 400 - len(at_once)
     assert len(timed_out) >= 90
     assert all(HANDSHAKE_TIMEOUT - 0.5 < t < HANDSHAKE_TIMEOUT + 3 for t in timed_out), timed_out
@@ -300,7 +304,9 @@ async def test_idle_crowd_and_slowloris_leave_the_operator_working(
     output = target.process.output
     assert "Traceback" not in output, output[-6000:]
     assert "Too many open files" not in output
-    notices = re.findall(r"Cannot accept connections|Refused connections", output)
+    notices = re.findall(
+        r"Cannot accept connections|Refused connections|that had not sent a request", output
+    )
     assert 1 <= len(notices) <= 3, notices
 
 

@@ -194,39 +194,80 @@ async def test_a_body_that_never_comes_gets_408_at_the_body_timeout(
             assert status_of(state(sock)) == 408
 
 
-async def test_connections_beyond_the_cap_are_closed_at_once_and_other_servers_answer() -> None:
-    async with serving() as attacked, serving() as probes:
-        with clients(attacked.port, LIMITS.max_connections or 0) as kept:
+async def test_at_the_cap_the_longest_waiting_connections_make_room_for_new_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cap = LIMITS.max_connections or 0
+    async with serving() as served:
+        with clients(served.port, cap) as oldest:
             await settle()
-            with clients(attacked.port, 20) as excess:
+            with clients(served.port, 20) as newer:
                 await settle()
-                assert [state(sock) for sock in excess] == [b""] * 20
-                assert [state(sock) for sock in kept] == [None] * len(kept)
-                # The other server (e.g. the liveness endpoint beside the webhooks) has its own.
-                with clients(probes.port, 1) as (probe,):
+                assert [state(sock) for sock in oldest] == [b""] * cap
+                states = [state(sock) for sock in newer]
+                assert states.count(b"") == 20 - cap
+                assert states.count(None) == cap
+                # A newcomer with a request (a probe, the API server) is served at once.
+                with clients(served.port, 1) as (probe,):
                     probe.sendall(GET)
                     await settle()
                     assert status_of(state(probe)) == 200
-            # Served connections answer too, and once some close, new ones are served.
-            kept[0].sendall(GET)
+    notes = [r for r in caplog.records if "that had not sent a request" in r.getMessage()]
+    assert len(notes) == 1  # once per period, with a count
+    assert notes[0].exc_info is None
+
+
+async def test_silent_tls_connections_make_room_for_a_real_client_too() -> None:
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+
+    def get() -> bytes:
+        raw = socket.create_connection(("127.0.0.1", served.port), timeout=10)
+        with client_context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(GET)
+            return tls.recv(1024)
+
+    async with serving(context=context) as served:
+        with clients(served.port, LIMITS.max_connections or 0) as silent:
             await settle()
-            assert status_of(state(kept[0])) == 200
-            kept[1].close()
+            reply = await trio.to_thread.run_sync(get)
+            assert status_of(reply) == 200
             await settle()
+            assert sorted(state(sock) is None for sock in silent).count(False) == 1
+
+
+async def test_when_every_connection_is_busy_newcomers_are_refused_and_other_servers_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cap = LIMITS.max_connections or 0
+    async with serving() as attacked, serving() as probes:
+        attacked.release = trio.Event()
+        with clients(attacked.port, cap) as busy:
+            for sock in busy:
+                sock.sendall(GET)
+            await settle()
+            assert attacked.in_handler == cap
+            with clients(attacked.port, 30) as refused:
+                await settle()
+                assert [state(sock) for sock in refused] == [b""] * 30
+            # The other server (e.g. the liveness endpoint beside the webhooks) has its own.
+            with clients(probes.port, 1) as (probe,):
+                probe.sendall(GET)
+                await settle()
+                assert status_of(state(probe)) == 200
+            attacked.release.set()
+            attacked.release = None
+            await settle()
+            assert [status_of(state(sock)) for sock in busy] == [200] * cap
             with clients(attacked.port, 1) as (late,):
                 late.sendall(GET)
                 await settle()
                 assert status_of(state(late)) == 200
-
-
-async def test_refused_connections_are_logged_once_per_period(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    async with serving() as served:
-        with clients(served.port, LIMITS.max_connections or 0), clients(served.port, 30):
-            await settle()
     refusals = [r for r in caplog.records if "Refused connections" in r.getMessage()]
-    assert len(refusals) == 1, refusals
+    assert len(refusals) == 1  # once per period, with a count
     assert refusals[0].exc_info is None
 
 

@@ -34,7 +34,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterable, Awaitable, Callable
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 _RECEIVE_CHUNK: Final = 64 * 1024
 
@@ -189,21 +191,21 @@ class _Notices:
 async def _accept(
     listener: trio.abc.Listener[Any],
     connections: trio.Nursery,
-    serve_one: Callable[[trio.abc.Stream], Awaitable[None]],
+    serve_one: Callable[[trio.abc.Stream, _Slots], Awaitable[None]],
     limits: ServingSettings,
     *,
     name: str,
 ) -> None:
-    active = 0
+    slots = _Slots(limits.max_connections)
     refusals = _Notices()
+    evictions = _Notices()
     shortages = _Notices()
 
     async def serve(stream: trio.abc.Stream) -> None:
-        nonlocal active
         try:
-            await serve_one(stream)
+            await serve_one(stream, slots)
         finally:
-            active -= 1
+            slots.active -= 1
 
     while True:
         try:
@@ -216,14 +218,49 @@ async def _accept(
             shortages.note(f"Cannot accept connections on {name}: {exc.strerror}")
             await trio.sleep(0.1)
             continue
-        if limits.max_connections is not None and active >= limits.max_connections:
+        room = slots.make_room()
+        if room is None:
             refusals.note(
                 f"Refused connections on {name}: {limits.max_connections} are served already"
             )
             await trio.aclose_forcefully(stream)
             continue
-        active += 1
+        if room == "evicted":
+            evictions.note(
+                f"Closed connections on {name} that had not sent a request, to serve new ones "
+                f"({limits.max_connections} were open)"
+            )
+        slots.active += 1
         connections.start_soon(serve, stream)
+
+
+class _Slots:
+    """The connections of one listener: how many there are, and which of them wait for a
+    request (no head yet, or only part of one).
+
+    When the listener is full, the one that has waited longest is closed to make room for the
+    newcomer: a crowd of idle or slow connections cannot lock out the kubelet's probe or the
+    API server, whose requests follow their connections at once. Only connections that are
+    busy with requests (bodies, handlers, answers) count as full; then newcomers are refused.
+    """
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.active = 0
+        self.evicting = 0  # closing, but still counted in ``active``
+        self.waiting: dict[_Connection, trio.CancelScope] = {}  # the oldest first
+
+    def make_room(self) -> str | None:
+        """Whether a new connection may be served: ``"free"``, ``"evicted"`` (a waiting one
+        was closed for it), or ``None`` (it must be refused)."""
+        if self.cap is None or self.active - self.evicting < self.cap:
+            return "free"
+        for scope in self.waiting.values():
+            if not scope.cancel_called:
+                scope.cancel()
+                self.evicting += 1
+                return "evicted"
+        return None
 
 
 class _Budget:
@@ -288,14 +325,11 @@ class _Server:
         self.budget = _Budget(limits.max_buffered)
         self.too_slow = _Notices()
 
-    async def serve(self, stream: trio.abc.Stream) -> None:
-        conn = _Connection(stream, self)
+    async def serve(self, stream: trio.abc.Stream, slots: _Slots) -> None:
+        conn = _Connection(stream, self, slots)
         try:
             if isinstance(stream, trio.SSLStream):
-                with trio.move_on_at(_deadline(self.limits.handshake_timeout)):
-                    await stream.do_handshake()
-                    conn.peer = stream.getpeercert()
-                    conn.handshaken = True
+                await conn.waiting(partial(conn.handshake, stream))
                 if not conn.handshaken:
                     self.too_slow.note(
                         f"Closed TLS connections that did not finish the handshake "
@@ -319,6 +353,9 @@ class _Server:
             _reset(stream)
         except (_Silence, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        except Exception:
+            # A defect of this server must cost one connection, never the operator.
+            logger.exception(f"Serving a connection from {_peer_name(stream)} failed.")
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
@@ -328,9 +365,10 @@ class _Server:
 class _Connection:
     """One accepted connection: reads requests within their deadlines, writes responses."""
 
-    def __init__(self, stream: trio.abc.Stream, server: _Server) -> None:
+    def __init__(self, stream: trio.abc.Stream, server: _Server, slots: _Slots) -> None:
         self.stream = stream
         self.server = server
+        self.slots = slots
         self.limits = server.limits
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_size)
         self.peer: Any = None
@@ -394,8 +432,30 @@ class _Connection:
             return bytes(data)
         raise TimeoutError
 
+    async def waiting(self, wait: Callable[[], Awaitable[_T]]) -> _T:
+        """Wait for the peer (a handshake, a request's head) as a connection that the listener
+        may close to make room for a newcomer (see :class:`_Slots`)."""
+        scope = self.slots.waiting[self] = trio.CancelScope()
+        try:
+            with scope:
+                return await wait()
+        finally:
+            del self.slots.waiting[self]
+            if scope.cancel_called:
+                self.slots.evicting -= 1
+        raise _Silence  # closed to make room
+
+    async def handshake(self, stream: trio.SSLStream[Any]) -> None:
+        with trio.move_on_at(_deadline(self.limits.handshake_timeout)):
+            await stream.do_handshake()
+            self.peer = stream.getpeercert()
+            self.handshaken = True
+
     async def read_head(self) -> h11.Request | None:
         """The next request's head; ``None`` when the peer closed between requests."""
+        return await self.waiting(self._read_head)
+
+    async def _read_head(self) -> h11.Request | None:
         deadline = _deadline(self.limits.idle_timeout)
         started = False
         while True:
