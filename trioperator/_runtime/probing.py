@@ -235,7 +235,9 @@ class _ProbeCache:
             )
         except ActivityError as exc:
             return {}, {hid: _describe(error) for hid, error in exc.outcomes.items()}
-        return {str(hid): outcome.result for hid, outcome in outcomes.items()}, {}
+        # As Kopf: a probe that returns None is left out of the answer (``{}``, not ``null``).
+        results = {str(hid): o.result for hid, o in outcomes.items() if o.result is not None}
+        return results, {}
 
 
 def _once(handler: ActivityHandler) -> ActivityHandler:
