@@ -22,6 +22,7 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import make_limiter
 from trioperator.testing import FakeAPI
+from trioperator.testing.harness import line_of
 
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -139,7 +140,8 @@ class Logs(logging.Handler):
             now: float | None = trio.current_time()
         except RuntimeError:
             now = None
-        self.lines.append(LogLine(now, record.name, record.levelno, record.getMessage()))
+        # As the log line shows it: an object's message with its "[namespace/name]" first.
+        self.lines.append(LogLine(now, record.name, record.levelno, line_of(record)))
 
     def messages(self, level: int = logging.DEBUG) -> list[str]:
         return [line.message for line in self.lines if line.level >= level]

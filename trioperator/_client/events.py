@@ -126,7 +126,10 @@ async def post_event(
         now=now,
     )
     try:
-        await api.request("POST", f"/api/v1/namespaces/{namespace}/events", payload=body)
+        # Retries are logged where the poster logs (as Kopf's posting), not as the client's.
+        await api.request(
+            "POST", f"/api/v1/namespaces/{namespace}/events", payload=body, logger=log
+        )
     except APIClientError as exc:
         log.warning(
             f"Failed to post an event. Ignoring and continuing. Code: {exc.code}."

@@ -19,7 +19,6 @@ suspended across a ``yield`` into foreign code.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any, Final, Literal, NoReturn, TypeAlias, TypedDict, cast
 
@@ -29,6 +28,7 @@ from trioperator._client.api import APIClient, Logger
 from trioperator._client.errors import APIConnectionError, APIGoneError, APITooManyRequestsError
 from trioperator._client.resources import Resource
 from trioperator._client.settings import WatchingSettings
+from trioperator._util.lognames import framework_logger
 from trioperator._wire.watch import WatchLineError, decode_watch_line
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
     "stream_events",
 ]
 
-_LOGGER = logging.getLogger(__name__)
+_LOGGER = framework_logger("kopf._cogs.clients.watching", __name__)
 
 LIST_PAGE_SIZE: Final = 500
 """Objects per page of the initial listing (the page size Kubernetes' own clients use)."""

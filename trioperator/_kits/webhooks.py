@@ -40,7 +40,6 @@ certificate renewal) and yield the tunnel's; the server then advertises what it 
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 import pathlib
 import ssl
@@ -72,6 +71,7 @@ from trioperator._runtime.webhook_serving import (
     serve_webhooks,
 )
 from trioperator._util.addresses import is_ip_address
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "WebhookAutoServer",
@@ -87,7 +87,7 @@ __all__ = [
     "normalise_hostnames",
 ]
 
-logger = logging.getLogger("trioperator.webhooks")
+logger = framework_logger("kopf._kits.webhooks", "trioperator.webhooks")
 
 
 def accessible_addr(addr: str | None) -> str:

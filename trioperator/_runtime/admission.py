@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import math
 from collections.abc import Mapping
 from functools import partial
@@ -77,6 +76,7 @@ from trioperator._engine.webhooks import (
 from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.loggers import LocalObjectLogger
 from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._util.lognames import framework_logger
 from trioperator._wire.admission import (
     AdmissionReview,
     ReviewDecodeError,
@@ -93,7 +93,7 @@ __all__ = [
     "run_admission",
 ]
 
-logger = logging.getLogger(__name__)
+logger = framework_logger("kopf._core.engines.admission", __name__)
 
 CLEANUP_TIMEOUT: Final = 10.0
 """How long removing the non-persistent webhooks may take on exit (it runs shielded)."""

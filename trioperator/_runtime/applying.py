@@ -85,6 +85,7 @@ async def apply_patch(
                 payload=status_patch,
                 subresource="status",
                 echo_after=_version(freshest),
+                logger=logger,
             )
             written.append(freshest)
         if body_patch:
@@ -96,6 +97,7 @@ async def apply_patch(
                 name=name,
                 payload=body_patch,
                 echo_after=_version(freshest),
+                logger=logger,
             )
             written.append(freshest)
         if patch.fns:
@@ -115,6 +117,7 @@ async def apply_patch(
                         json_patch=True,
                         subresource="status",
                         echo_after=_version(freshest),
+                        logger=logger,
                     )
                     written.append(freshest)
                 if main_ops:
@@ -130,6 +133,7 @@ async def apply_patch(
                         payload=main_ops,
                         json_patch=True,
                         echo_after=_version(freshest),
+                        logger=logger,
                     )
                     written.append(freshest)
             except APIUnprocessableEntityError as exc:

@@ -5,9 +5,9 @@ The CLI calls ``configure()`` with its ``--verbose/--debug/--quiet/--log-format/
 handler on the root logger, replacing the one an earlier ``configure()`` installed and leaving
 every other handler alone (pytest's, the application's).
 
-Per-object lines carry their object's ``[namespace/name]`` prefix in the message (see
-``ObjectLogger``); with ``log_prefix=False`` the formatters strip it again. In JSON, the
-object's reference goes under ``log_refkey`` instead.
+Per-object records carry their object's reference (``record.k8s_ref``, see ``ObjectLogger``);
+with ``log_prefix`` the formatters put its ``[namespace/name]`` before the message, as Kopf's
+do. In JSON, the reference goes under ``log_refkey``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Any, TextIO
 
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
+from trioperator._runtime.loggers import level_word, object_prefix
 
 DEFAULT_JSON_REFKEY = "object"
 
@@ -62,8 +62,9 @@ def configure(
         if existing.get_name() == _HANDLER_NAME:
             root.removeHandler(existing)
     root.addHandler(handler)
+    # The root's level only, as Kopf's configure(): levels set on the framework's loggers
+    # (e.g. ``kopf.objects`` at WARNING by the operator's code) stay in force.
     root.setLevel(level)
-    logging.getLogger(OBJECTS_LOGGER_NAME).setLevel(level)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
@@ -156,7 +157,8 @@ class _SecondsCache(logging.Formatter):
 
 
 class TextFormatter(_SecondsCache):
-    """A ``logging`` format string, with the object prefix kept or stripped."""
+    """A ``logging`` format string; with ``prefix``, objects' records begin with their
+    ``[namespace/name]``."""
 
     def __init__(self, fmt: str, *, prefix: bool) -> None:
         super().__init__(fmt)
@@ -217,7 +219,8 @@ def _severity(levelno: int) -> str:
 
 def _message(record: logging.LogRecord, prefix: bool) -> str:
     message = record.getMessage()
-    marker = getattr(record, "k8s_prefix", None)
-    if marker and not prefix and message.startswith(f"{marker} "):
-        return message[len(marker) + 1 :]
+    if prefix:
+        ref = getattr(record, "k8s_ref", None)
+        if ref is not None:
+            return f"{object_prefix(ref)} {message}"
     return message

@@ -61,7 +61,6 @@ cannot be cancelled still ends on its own: a sync handler's thread is waited for
 
 from __future__ import annotations
 
-import logging
 import signal
 from collections.abc import Collection
 from functools import partial
@@ -101,8 +100,11 @@ from trioperator._runtime.probing import serve_liveness
 from trioperator._runtime.sharding import run_sharding
 from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Handler, Request, Response
+from trioperator._util.lognames import framework_logger
 
-logger = logging.getLogger("trioperator")
+# Kopf's names: the operator's run as a whole, and its logging in.
+logger = framework_logger("kopf._core.reactor.running")
+auth_logger = framework_logger("kopf._core.engines.activities")
 
 CLEANUP_TIMEOUT = 60
 """How long ``on.cleanup`` handlers may take after a stop (they run shielded)."""
@@ -449,7 +451,7 @@ class Operator:
                 # Given credentials (embedding, tests) or a successful re-login: nothing to do.
                 if not reported:
                     reported = True
-                    logger.info("Client is configured.")
+                    auth_logger.info("Client is configured.")
                     task_status.started()
                 await self.vault.wait_for_emptiness()
                 continue
@@ -464,7 +466,7 @@ class Operator:
                 )
             except ActivityError as exc:
                 outcomes = {}
-                logger.error(f"Login failed: {exc}")
+                auth_logger.error(f"Login failed: {exc}")
             infos = {
                 str(hid): outcome.result
                 for hid, outcome in outcomes.items()

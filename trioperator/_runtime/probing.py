@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -41,6 +40,7 @@ from trioperator._runtime.activities import run_activity
 from trioperator._runtime.execution import Execution
 from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.httpserver import Handler, Request, Response, serve_http
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "PROBE_CACHE_TTL",
@@ -51,7 +51,7 @@ __all__ = [
     "serve_liveness",
 ]
 
-logger = logging.getLogger("trioperator.probing")
+logger = framework_logger("kopf._core.engines.probing", "trioperator.probing")
 
 PROBE_CACHE_TTL: Final = 10.0
 """For how long (trio time, seconds) the results of the probe handlers are reused."""

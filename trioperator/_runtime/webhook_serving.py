@@ -24,7 +24,6 @@ import base64
 import dataclasses
 import hashlib
 import ipaddress
-import logging
 import os
 import ssl
 import urllib.parse
@@ -43,6 +42,7 @@ from trioperator._engine.webhooks import (
     WebhookRejected,
 )
 from trioperator._util.httpserver import Handler, Request, Response, serve_http
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "RETIRED_GRACE",
@@ -57,7 +57,7 @@ __all__ = [
     "serve_webhooks",
 ]
 
-logger = logging.getLogger("trioperator.webhooks")
+logger = framework_logger("kopf._kits.webhooks", "trioperator.webhooks")
 
 StrPath: TypeAlias = str | os.PathLike[str]
 """A file name as ``open()`` takes it (the certificate, key and CA files)."""

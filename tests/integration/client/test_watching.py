@@ -32,7 +32,7 @@ from trioperator._util.httpserver import DropConnection, Response
 
 KEX = Resource(group="kopf.dev", version="v1", plural="kopfexamples", kind="KopfExample")
 URL = "/apis/kopf.dev/v1/namespaces/ns1/kopfexamples"
-WATCH_LOGGER = "trioperator._client.watching"
+WATCH_LOGGER = "kopf._cogs.clients.watching"  # as Kopf names it
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:

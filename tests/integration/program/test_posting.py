@@ -283,7 +283,7 @@ async def test_api_errors_are_logged_and_the_poster_keeps_going(
     warnings = [
         r.getMessage()
         for r in caplog_trioperator.records
-        if r.levelno == logging.WARNING and r.name == "trioperator.posting"
+        if r.levelno == logging.WARNING and r.name == "kopf._core.engines.posting"
     ]
     assert len(warnings) == 1
     assert warnings[0].startswith("Failed to post an event. Ignoring and continuing.")
