@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import pytest
@@ -110,6 +110,11 @@ def execution() -> Execution:
 def caplog_trioperator(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.DEBUG, logger="trioperator")
     return caplog
+
+
+def results(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status without the journal of the operator's writes (``status.kopf.journal``)."""
+    return {key: value for key, value in status.items() if key != "kopf"}
 
 
 async def wait_until(predicate: Callable[[], object], limit: float = 600) -> None:
