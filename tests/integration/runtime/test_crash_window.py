@@ -284,3 +284,57 @@ async def test_a_stale_journal_is_removed_when_the_marks_return_to_its_base(
     status = fake_api.get_object("kopfexamples", "kopf-example-1", "default")["status"]
     assert status["first"] == {"done": "yes"}
     assert "journal" not in status.get("kopf", {})
+
+
+async def test_a_crash_before_the_finalizer_is_removed_runs_no_deletion_handler_again(
+    autojump_clock: Any, fake_api: FakeAPI, registry: kopf.OperatorRegistry, obj: Any
+) -> None:
+    calls: list[str] = []
+
+    @kopf.on.delete("kopfexamples", id="delete_fn", registry=registry)
+    async def delete_fn(**_: Any) -> None:
+        calls.append("delete")
+
+    fake_api.create_object("kopfexamples", obj)
+    first = make_operator(fake_api, registry)
+
+    def finalized() -> bool:
+        obj = fake_api.get_object("kopfexamples", "kopf-example-1", "default")
+        return bool(obj["metadata"].get("finalizers"))
+
+    await run_until(fake_api, first, finalized)
+
+    # The deletion's records are written (the body write), the finalizer's removal (a write of
+    # its own, after it) never lands.
+    def handled(obj: dict[str, Any]) -> bool:
+        record = (obj["metadata"].get("annotations") or {}).get("kopf.zalando.org/delete_fn")
+        return record is not None and json.loads(record).get("success") is True
+
+    armed = crash_after_first_write(fake_api, handled)
+    second = make_operator(fake_api, registry)
+    async with trio.open_nursery() as nursery:
+        killed = trio.CancelScope()
+
+        async def doomed() -> None:
+            with killed:
+                await second.main()
+
+        nursery.start_soon(doomed)
+        await trio.sleep(1)
+        fake_api.delete_object("kopfexamples", "kopf-example-1", "default")
+        with trio.fail_after(60):
+            while not armed:  # noqa: ASYNC110 -- polling what the fake API holds
+                await trio.sleep(0.01)
+        await trio.sleep(1)
+        killed.cancel()
+    assert calls == ["delete"]
+    assert fake_api.has_object("kopfexamples", "kopf-example-1", "default")
+
+    fake_api.clear_injections()
+    third = make_operator(fake_api, registry)
+    await run_until(
+        fake_api,
+        third,
+        lambda: not fake_api.has_object("kopfexamples", "kopf-example-1", "default"),
+    )
+    assert calls == ["delete"]  # the records say it is done: only the finalizer is removed
