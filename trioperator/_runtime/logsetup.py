@@ -12,6 +12,7 @@ do. In JSON, the reference goes under ``log_refkey``.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import logging
@@ -190,7 +191,11 @@ def _joined(text: str, more: str) -> str:
 
 
 class JsonFormatter(_SecondsCache):
-    """One JSON object per line: message, timestamp, severity, logger, the object reference."""
+    """One JSON object per line, as Kopf's (python-json-logger's, as Kopf sets it up) in fields,
+    their order and values: ``message``; ``exc_info``/``stack_info`` if any; the record's extra
+    fields (e.g. of ``logger.info(..., extra={...})``); ``timestamp`` (ISO-8601, UTC); the
+    object's reference under ``refkey``; ``severity`` (unless an extra field has that name).
+    """
 
     def __init__(self, *, refkey: str = DEFAULT_JSON_REFKEY, prefix: bool = False) -> None:
         super().__init__()
@@ -198,18 +203,38 @@ class JsonFormatter(_SecondsCache):
         self.prefix = prefix
 
     def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "message": _message(record, self.prefix),
-            "timestamp": self.formatTime(record),
-            "severity": _severity(record.levelno),
-            "logger": record.name,
-        }
-        ref = getattr(record, "k8s_ref", None)
-        if ref:
-            payload[self.refkey] = ref
+        payload: dict[str, Any] = {"message": _message(record, self.prefix)}
         if record.exc_info:
             payload["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            payload["exc_info"] = record.exc_text
+        if record.stack_info:
+            payload["stack_info"] = self.formatStack(record.stack_info)
+        for key, value in record.__dict__.items():
+            if key not in _NOT_EXTRA and not key.startswith("_"):
+                payload[key] = value
+        created = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
+        payload["timestamp"] = created.isoformat()
+        ref = getattr(record, "k8s_ref", None)
+        if ref is not None and self.refkey:
+            payload[self.refkey] = ref
+        payload.setdefault("severity", _severity(record.levelno))
         return json.dumps(payload, default=str)
+
+
+# The attributes of every record, and those the framework's records carry for the formatters
+# and the event poster: not extra fields (Kopf's reserved attributes, plus ``taskName``).
+_NOT_EXTRA = frozenset(
+    {
+        *vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None)),
+        "asctime",
+        "message",
+        "taskName",
+        "k8s_ref",
+        "k8s_skip",
+        "settings",
+    }
+)
 
 
 def _severity(levelno: int) -> str:
