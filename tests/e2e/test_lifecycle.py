@@ -110,7 +110,7 @@ def test_a_second_sigint_ends_the_process_promptly(
     )
 
     operator.process.send_signal(signal.SIGINT)
-    operator.wait_for("stopping gracefully")
+    operator.wait_for("Operator is stopping")
     time.sleep(1)
     assert operator.process.poll() is None  # still waiting for the handler
     operator.process.send_signal(signal.SIGINT)

@@ -446,15 +446,19 @@ class Operator:
         if not handlers:
             handlers = _fallback_login_handlers()
         reported = False
+        logins = 0
         while True:
             if not self.vault.is_empty():
                 # Given credentials (embedding, tests) or a successful re-login: nothing to do.
                 if not reported:
                     reported = True
-                    auth_logger.info("Client is configured.")
                     task_status.started()
                 await self.vault.wait_for_emptiness()
                 continue
+            # Kopf's lines, and its logger (kopf._core.engines.activities).
+            title = "Re-authentication" if logins else "Initial authentication"
+            logins += 1
+            auth_logger.info(f"{title} has been initiated.")
             try:
                 outcomes = await run_activity(
                     handlers,
@@ -473,7 +477,12 @@ class Operator:
                 if isinstance(outcome.result, ConnectionInfo)
             }
             if infos:
+                auth_logger.info(f"{title} has finished.")
                 await self.vault.populate(infos)
+            else:
+                auth_logger.warning(
+                    f"{title} has failed: no credentials were retrieved from the login handlers."
+                )
             if self.vault.is_empty():
                 error = LoginError("Ran out of valid credentials: no login handler gave any.")
                 self.vault.fail(error)
@@ -585,7 +594,8 @@ async def _watch_signals(
                 logger.warning(f"Signal {signal.Signals(signum).name} again: cancelling now.")
                 exiting.cancel_now()
                 return
-            logger.info(f"Signal {signal.Signals(signum).name} received: stopping gracefully.")
+            # Kopf's line (the graceful stop is trioperator's, the words are Kopf's).
+            logger.info(f"Signal {signal.Signals(signum).name} is received. Operator is stopping.")
             stop_flag.set()
 
 

@@ -339,7 +339,7 @@ async def test_first_signal_stops_gracefully_and_a_running_handler_finishes(
     status = fake_api.get_object("kopfexamples", "kopf-example-1", "default")["status"]
     assert results(status) == {"create_fn": "done"}
     assert "status" not in fake_api.get_object("kopfexamples", "late", "default")
-    assert logs.count(f"Signal {signum.name} received: stopping gracefully.") == 1
+    assert logs.count(f"Signal {signum.name} is received. Operator is stopping.") == 1
     assert logs.count("cancelling") == 0
 
 
@@ -393,7 +393,7 @@ async def test_second_signal_cancels_a_long_handler_now(
     assert cancelled == [pytest.approx(second_at, abs=0.05)]
     assert ended_at == pytest.approx(second_at, abs=0.05)
     logs.assert_in_order(
-        "Signal SIGINT received: stopping gracefully.", "Signal SIGINT again: cancelling now."
+        "Signal SIGINT is received. Operator is stopping.", "Signal SIGINT again: cancelling now."
     )
     assert "status" not in fake_api.get_object("kopfexamples", "kopf-example-1", "default")
 
