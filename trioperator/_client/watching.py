@@ -321,7 +321,9 @@ async def _watch_once(
             log.debug(f"Watch-stream for {what} was interrupted: {exc}")
             return version
     if silence.cancelled_caught:
-        log.warning(
+        # At DEBUG, as Kopf: a quiet resource does this every inactivity timeout, and a watch
+        # that stays silent for too long is what the liveness probe reports (as stalled).
+        log.debug(
             f"Watch-stream for {what} is inactive for {_seconds(inactivity or 0)} seconds;"
             " reconnecting."
         )

@@ -388,6 +388,7 @@ async def test_inactivity_reconnects_from_the_last_version(
     caplog: pytest.LogCaptureFixture,
     health: WatchHealth,
 ) -> None:
+    caplog.set_level(logging.DEBUG, WATCH_LOGGER)  # at DEBUG, as in Kopf
     watching.inactivity_timeout = 15
     server.handler = server.hang
     server.script(
