@@ -267,7 +267,10 @@ async def _complete_interrupted_write(
     carried_patch = _start_patch(memory, carried)
     merged = apply_merge_patch(written, dict(carried_patch)) if carried_patch else written
     patch = Patch(copy.deepcopy(merged), fns=list(carried_patch.fns))
-    return await _apply(ctx, event["object"], patch, logger, delay=None, memory=memory)
+    memory.journal_unchecked = True  # until it has landed: if it fails, the next cycle retries
+    outcome = await _apply(ctx, event["object"], patch, logger, delay=None, memory=memory)
+    memory.journal_unchecked = False
+    return outcome
 
 
 async def _process_changing_cause(

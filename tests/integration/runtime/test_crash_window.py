@@ -338,3 +338,34 @@ async def test_a_crash_before_the_finalizer_is_removed_runs_no_deletion_handler_
         lambda: not fake_api.has_object("kopfexamples", "kopf-example-1", "default"),
     )
     assert calls == ["delete"]  # the records say it is done: only the finalizer is removed
+
+
+async def test_a_failed_completion_is_tried_again_and_runs_nothing_again(
+    autojump_clock: Any,
+    fake_api: FakeAPI,
+    registry: kopf.OperatorRegistry,
+    obj: Any,
+    logs: Any,
+) -> None:
+    calls: list[int] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> dict[str, int]:
+        calls.append(len(calls) + 1)
+        return {"run": len(calls)}
+
+    armed = crash_after_first_write(fake_api, has_result)
+    fake_api.create_object("kopfexamples", obj)
+    await run_until_killed(fake_api, make_operator(fake_api, registry), armed)
+    fake_api.clear_injections()
+
+    # The next operator's completion of the write fails once; the one after it lands.
+    settings = kopf.OperatorSettings()
+    settings.networking.error_backoffs = []
+    fake_api.inject("PATCH", BODY_WRITES, status=500, times=1)
+    vault = Vault({"fake": ConnectionInfo(server=fake_api.url, token="fake")})
+    second = Operator(registry=registry, settings=settings, vault=vault)
+    await run_until(fake_api, second, lambda: DIFFBASE in annotations(fake_api))
+
+    assert calls == [1]
+    assert logs.count("The last write was interrupted after the results were stored") == 2
