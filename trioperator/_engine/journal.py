@@ -85,11 +85,11 @@ def _find_prefixes(*storages: Any) -> tuple[str, ...]:
 def base_of(body: Mapping[str, Any], prefixes: tuple[str, ...]) -> str:
     """A digest of the marks a body write of ours changes: as they are in ``body``."""
     metadata = body.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
+    metadata = metadata if isinstance(metadata, dict) else {}
     annotations = metadata.get("annotations")
     return _digest(
         metadata.get("generation"),
-        _marks(annotations if isinstance(annotations, Mapping) else {}, prefixes),
+        _marks(annotations if isinstance(annotations, dict) else {}, prefixes),
         prefixes,
     )
 
@@ -110,6 +110,8 @@ def prepare(
         return
     existing = _journal(body)
     status = patch.get("status")
+    if not status and existing is None:
+        return  # one write (the body's), and no journal to look after
     body_part = {key: value for key, value in patch.items() if key != "status"}
     changes_marks = bool(body_part) and _changes_marks(body, body_part, prefixes)
     if status:
@@ -148,7 +150,7 @@ def pending_write(body: Mapping[str, Any], prefixes: tuple[str, ...]) -> dict[st
 def _journal(body: Mapping[str, Any]) -> dict[str, Any] | None:
     value: Any = body
     for key in JOURNAL_FIELD:
-        value = value.get(key) if isinstance(value, Mapping) else None
+        value = value.get(key) if isinstance(value, dict) else None
     return value if isinstance(value, dict) else None
 
 
@@ -167,7 +169,7 @@ def _marks(annotations: Mapping[str, Any], prefixes: tuple[str, ...]) -> dict[st
 
 def _patched_annotations(body_part: Mapping[str, Any]) -> Any:
     metadata = body_part.get("metadata")
-    if not isinstance(metadata, Mapping):
+    if not isinstance(metadata, dict):
         return {}  # the metadata is not written: nothing of the annotations changes
     if "annotations" not in metadata:
         return {}
@@ -178,10 +180,10 @@ def _changes_marks(
     body: Mapping[str, Any], body_part: Mapping[str, Any], prefixes: tuple[str, ...]
 ) -> bool:
     metadata = body.get("metadata")
-    current = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    current = current if isinstance(current, Mapping) else {}
+    current = metadata.get("annotations") if isinstance(metadata, dict) else None
+    current = current if isinstance(current, dict) else {}
     changes = _patched_annotations(body_part)
-    if not isinstance(changes, Mapping):
+    if not isinstance(changes, dict):
         return bool(_marks(current, prefixes))
     return any(
         key.startswith(prefixes) and current.get(key) != value for key, value in changes.items()
@@ -193,11 +195,11 @@ def _base_after(
 ) -> str:
     """The base of ``body`` after the body write (taking its generation as unchanged)."""
     metadata = body.get("metadata")
-    metadata = metadata if isinstance(metadata, Mapping) else {}
+    metadata = metadata if isinstance(metadata, dict) else {}
     current = metadata.get("annotations")
-    marks = _marks(current if isinstance(current, Mapping) else {}, prefixes)
+    marks = _marks(current if isinstance(current, dict) else {}, prefixes)
     changes = _patched_annotations(body_part)
-    if isinstance(changes, Mapping):
+    if isinstance(changes, dict):
         for key, value in changes.items():
             if not key.startswith(prefixes):
                 continue
