@@ -180,3 +180,22 @@ def test_every_line_reaches_the_stream_at_once_in_order_with_filters_and_traceba
     assert lines[0] == "ERROR [ns1/kex] Failed."
     assert lines[1] == "Traceback (most recent call last):"
     assert lines[-1] == "ValueError: boom"
+
+
+def test_the_prefix_is_in_the_line_not_in_the_record(capsys: pytest.CaptureFixture[str]) -> None:
+    # Handlers after the CLI's (e.g. an operator's own) get Kopf's record: the plain message.
+    seen: list[tuple[str, str]] = []
+
+    class After(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.getMessage(), record.message))
+
+    kopf.configure(log_format=kopf.LogFormat.PLAIN, log_prefix=True)
+    after = After()
+    logging.getLogger().addHandler(after)
+    try:
+        kopf.ObjectLogger(BODY).warning("Watch out.")
+    finally:
+        logging.getLogger().removeHandler(after)
+    assert emitted(capsys) == ["[ns1/kex] Watch out."]
+    assert seen == [("Watch out.", "Watch out.")]

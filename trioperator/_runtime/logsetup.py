@@ -167,12 +167,15 @@ class TextFormatter(_SecondsCache):
         self._uses_time = self.usesTime()  # the format string is fixed: look at it once
 
     def format(self, record: logging.LogRecord) -> str:
-        # As ``logging.Formatter.format``, with the message made once (not once, then again
-        # without the prefix) and the format string's use of the time looked up once.
-        record.message = _message(record, self.prefix)
+        # As ``logging.Formatter.format``, with the format string's use of the time looked up
+        # once. The prefix is in the line only: the record is left with the plain message, as
+        # any formatter leaves it, for the handlers after this one (Kopf's formats a copy).
+        message = record.getMessage()
+        record.message = _prefixed(record, message) if self.prefix else message
         if self._uses_time:
             record.asctime = self.formatTime(record, self.datefmt)
         text = self._style.format(record)
+        record.message = message
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -182,8 +185,11 @@ class TextFormatter(_SecondsCache):
         return text
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = _message(record, self.prefix)
-        return super().formatMessage(record)
+        message = record.getMessage()
+        record.message = _prefixed(record, message) if self.prefix else message
+        text = super().formatMessage(record)
+        record.message = message
+        return text
 
 
 def _joined(text: str, more: str) -> str:
@@ -244,8 +250,10 @@ def _severity(levelno: int) -> str:
 
 def _message(record: logging.LogRecord, prefix: bool) -> str:
     message = record.getMessage()
-    if prefix:
-        ref = getattr(record, "k8s_ref", None)
-        if ref is not None:
-            return f"{object_prefix(ref)} {message}"
-    return message
+    return _prefixed(record, message) if prefix else message
+
+
+def _prefixed(record: logging.LogRecord, message: str) -> str:
+    # As Kopf's formatters: any record with an object's reference gets its [namespace/name].
+    ref = getattr(record, "k8s_ref", None)
+    return f"{object_prefix(ref)} {message}" if ref is not None else message
