@@ -426,6 +426,18 @@ class Case:
             assert time.monotonic() < deadline, f"fewer than {count} matching records"
             time.sleep(0.02)
 
+    def wait_running(self, timeout: float = 60) -> None:
+        """Wait until a handler of the current process has started and not finished."""
+        pid = self.current.pid
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.records() if line["pid"] == pid]
+            done = {(line["handler"], line["name"]) for line in lines if line["event"] == "done"}
+            if any((x["handler"], x["name"]) not in done for x in lines if x["event"] == "start"):
+                return
+            assert time.monotonic() < deadline, "no handler is running"
+            time.sleep(0.01)
+
     def wait_output(self, pattern: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while not re.search(pattern, self.current.log.read_text(errors="replace")):

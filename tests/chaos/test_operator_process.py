@@ -19,8 +19,8 @@ def test_operator_sigkilled_mid_handler_and_restarted(case: Case) -> None:
             # All created; killed once 15 have been handled: the others are in flight, many
             # of them between the write of their result and the write of their marks.
             case.wait_records(lambda r: r["event"] == "done" and r["handler"] == "create", 15)
-        elif step in (75, 95):  # mid-updates, mid-deletions
-            case.wait_output(r"Handler '\w+' is invoked|Handler '\w+' succeeded", timeout=30)
+        elif step in (75, 95):  # mid-updates, mid-deletions: while a handler is running
+            case.wait_running()
         else:
             return
         case.kill_operator()
