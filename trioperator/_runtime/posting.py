@@ -23,7 +23,7 @@ and ``settings.posting.level`` drops what is below it. Kopf's code lets ``warn()
 gated by the level they stand for (``Normal`` = INFO, ``Warning`` = WARNING, ``Error`` = ERROR).
 
 With ``settings.posting.loggers = True``, records of the per-object loggers (logger
-``trioperator.objects``, carrying ``k8s_ref``) at or above ``settings.posting.level`` are posted
+``kopf.objects``, carrying ``k8s_ref``) at or above ``settings.posting.level`` are posted
 too, with the reason ``Logging`` and a type by level (see :class:`ObjectEventsHandler`).
 """
 
