@@ -11,7 +11,9 @@ What a case checks, whatever the fault:
   result is in the status), every deleted object is gone after its deletion handler ran;
 - no completed run is repeated, except where the at-least-once contract allows it (the process
   died or a write of the outcome failed between the handler's end and the stored outcome):
-  such repeats are counted with their cause, any other repeat fails the case;
+  such repeats are counted with their cause, any other repeat fails the case; a run whose
+  result was stored when the operator was killed (read from the API right after the kill) is
+  never repeated: such repeats are counted on their own and fail the case;
 - the liveness endpoint answers 500 while a watch is dead or stalled (where the fault lasts
   long enough to tell) and 200 again after the recovery;
 - the operator exits cleanly (code 0) on SIGTERM at the end.
@@ -50,6 +52,9 @@ STATE = Path(os.environ.get("TRIOPERATOR_CHAOS_DIR", f"/tmp/trioperator-chaos.{o
 PORT = int(os.environ.get("TRIOPERATOR_CHAOS_PORT", "18443"))
 RESULTS = Path(os.environ.get("TRIOPERATOR_CHAOS_RESULTS", str(STATE / "results.md")))
 GROUP, VERSION, PLURAL = "chaos.trioperator.dev", "v1", "chaosobjects"
+HANDLERS = {"create_fn": "create", "update_fn/spec": "update"}
+"""Where each handler's result is in the status (the delete handler returns none)."""
+STORED_RERUN = "re-runs of results stored before the SIGKILL (must be 0)"
 DIFFBASE = "kopf.zalando.org/last-handled-configuration"
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
 
@@ -317,6 +322,9 @@ class Case:
     """Objects that had the operator's finalizer when deleted: their handler must run."""
     runs: list[OperatorRun] = field(default_factory=list)
     killed: set[int] = field(default_factory=set)
+    stored_at_kill: dict[int, set[tuple[str, str, Any]]] = field(default_factory=dict)
+    """pid -> the (handler, object, value) runs whose results were in the API right after that
+    process was killed: no later process may run them again."""
     terminated: set[int] = field(default_factory=set)
     liveness_port: int = 0
     liveness: list[tuple[float, int | None]] = field(default_factory=list)
@@ -377,6 +385,19 @@ class Case:
         self.killed.add(run.pid)
         run.process.kill()
         run.process.wait(10)
+        self.stored_at_kill[run.pid] = self.stored_results()
+
+    def stored_results(self) -> set[tuple[str, str, Any]]:
+        """The runs whose results are in the API now: (handler, object name, value handled)."""
+        _, listing = self.plane.request("GET", self.path(), ok=(200,))
+        stored = set()
+        for item in listing["items"]:
+            status = item.get("status") or {}
+            for key, handler in HANDLERS.items():
+                result = status.get(key)
+                if isinstance(result, dict) and "value" in result:
+                    stored.add((handler, item["metadata"]["name"], result["value"]))
+        return stored
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM, as Kubernetes stops a pod; returns the exit code."""
@@ -395,6 +416,27 @@ class Case:
 
     def output(self) -> str:
         return "\n".join(run.log.read_text(errors="replace") for run in self.runs)
+
+    def wait_records(
+        self, predicate: Callable[[dict[str, Any]], bool], count: int, timeout: float = 60
+    ) -> None:
+        """Wait until ``count`` handler records match ``predicate``."""
+        deadline = time.monotonic() + timeout
+        while sum(1 for line in self.records() if predicate(line)) < count:
+            assert time.monotonic() < deadline, f"fewer than {count} matching records"
+            time.sleep(0.02)
+
+    def wait_running(self, timeout: float = 60) -> None:
+        """Wait until a handler of the current process has started and not finished."""
+        pid = self.current.pid
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.records() if line["pid"] == pid]
+            done = {(line["handler"], line["name"]) for line in lines if line["event"] == "done"}
+            if any((x["handler"], x["name"]) not in done for x in lines if x["event"] == "start"):
+                return
+            assert time.monotonic() < deadline, "no handler is running"
+            time.sleep(0.01)
 
     def wait_output(self, pattern: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -542,6 +584,22 @@ class Case:
                 )
             time.sleep(0.5)
 
+    def stored_reruns(self) -> list[dict[str, Any]]:
+        """Runs started by a later process although their result was stored at a kill."""
+        pids = [run.pid for run in self.runs]
+        reruns = []
+        for line in self.records():
+            if line["event"] != "start" or line["pid"] not in pids:
+                continue
+            started_in = pids.index(line["pid"])
+            key = (line["handler"], line["name"], line["value"])
+            if any(
+                key in stored and pid in pids and pids.index(pid) < started_in
+                for pid, stored in self.stored_at_kill.items()
+            ):
+                reruns.append(line)
+        return reruns
+
     def duplicates(self) -> dict[str, int]:
         """Completed runs repeated, counted by cause; an unexplained repeat fails the case."""
         done: dict[tuple[str, str, Any], list[dict[str, Any]]] = collections.defaultdict(list)
@@ -553,7 +611,10 @@ class Case:
         for (handler, name, value), runs in done.items():
             for earlier, later in itertools.pairwise(runs):
                 restarted = earlier["pid"] != later["pid"]
-                if restarted and earlier["pid"] in self.killed:
+                stored = self.stored_at_kill.get(earlier["pid"], set())
+                if restarted and (handler, name, value) in stored:
+                    causes[STORED_RERUN] += 1
+                elif restarted and earlier["pid"] in self.killed:
                     causes["SIGKILL before the outcome was stored"] += 1
                 elif restarted and earlier["pid"] in self.terminated:
                     causes["SIGTERM before the outcome was stored"] += 1
@@ -582,6 +643,11 @@ class Case:
         code = self.stop()
         self._polling.set()
         duplicates = self.duplicates()
+        # Started again (even if not finished) after a kill that found their results stored.
+        stored_reruns = self.stored_reruns()
+        if self.killed:
+            duplicates.setdefault(STORED_RERUN, 0)
+            duplicates[STORED_RERUN] = max(duplicates[STORED_RERUN], len(stored_reruns))
         lost = len(self.unhandled())
         objects = len(self.expected)
         causes = ", ".join(f"{count} {cause}" for cause, count in sorted(duplicates.items())) or "0"
@@ -596,6 +662,7 @@ class Case:
             assert "Traceback" not in self.output(), self.output()[-6000:]
         assert lost == expect_lost, self.unhandled()
         assert not [cause for cause in duplicates if cause.startswith("UNEXPLAINED")], duplicates
+        assert not stored_reruns, f"re-runs of stored results: {stored_reruns}"
 
 
 @pytest.fixture

@@ -185,7 +185,7 @@ def test_the_image_serves_an_object_as_pid_1_and_stops_on_sigterm(
         assert container.process.process.wait(30) == 0
     finally:
         container.process.stop()
-    assert "Signal SIGTERM received: stopping gracefully." in container.messages()
+    assert "Signal SIGTERM is received. Operator is stopping." in container.messages()
     print(f"\nimage: first object handled {handled_after:.2f} s after the start")
 
 
@@ -212,7 +212,7 @@ def test_a_second_sigterm_stops_pid_1_at_once(
     try:
         container.process.wait_for("Slow handler started", timeout=60)
         os.kill(container.pid1, signal.SIGTERM)
-        container.process.wait_for("stopping gracefully")
+        container.process.wait_for("Operator is stopping")
         time.sleep(1)
         assert container.process.process.poll() is None  # the handler holds the graceful stop
         os.kill(container.pid1, signal.SIGTERM)

@@ -93,7 +93,7 @@ def test_one_sigterm_lets_the_running_handler_finish_then_exits_0(
     assert operator.process.returncode == 0, operator.output
     assert took > 2  # it waited for the handler (4 s from its start), not just exited
     output = operator.output
-    assert output.index("Signal SIGTERM received") < output.index("Slow handler finished.")
+    assert output.index("Signal SIGTERM is received") < output.index("Slow handler finished.")
     assert "Handler 'slow_fn' succeeded." in output
     assert "cancelling" not in output
     assert "Traceback" not in output
@@ -110,7 +110,7 @@ def test_a_second_sigint_ends_the_process_promptly(
     )
 
     operator.process.send_signal(signal.SIGINT)
-    operator.wait_for("stopping gracefully")
+    operator.wait_for("Operator is stopping")
     time.sleep(1)
     assert operator.process.poll() is None  # still waiting for the handler
     operator.process.send_signal(signal.SIGINT)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import pytest
@@ -22,6 +22,7 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.invocation import make_limiter
 from trioperator.testing import FakeAPI
+from trioperator.testing.harness import line_of
 
 CRD: dict[str, Any] = {
     "apiVersion": "apiextensions.k8s.io/v1",
@@ -111,6 +112,11 @@ def caplog_trioperator(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFix
     return caplog
 
 
+def results(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status without the journal of the operator's writes (``status.kopf.journal``)."""
+    return {key: value for key, value in status.items() if key != "kopf"}
+
+
 async def wait_until(predicate: Callable[[], object], limit: float = 600) -> None:
     """Poll ``predicate`` every 10 ms of mock time (real I/O with the fake API is in flight);
     fail after ``limit`` seconds."""
@@ -139,7 +145,8 @@ class Logs(logging.Handler):
             now: float | None = trio.current_time()
         except RuntimeError:
             now = None
-        self.lines.append(LogLine(now, record.name, record.levelno, record.getMessage()))
+        # As the log line shows it: an object's message with its "[namespace/name]" first.
+        self.lines.append(LogLine(now, record.name, record.levelno, line_of(record)))
 
     def messages(self, level: int = logging.DEBUG) -> list[str]:
         return [line.message for line in self.lines if line.level >= level]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 from pathlib import Path
@@ -87,6 +88,29 @@ def test_json_lines_carry_the_object_reference(capsys: pytest.CaptureFixture[str
     assert "object" not in second
 
 
+def test_json_lines_are_kopfs(capsys: pytest.CaptureFixture[str]) -> None:
+    # As Kopf 1.45.2 writes them (python-json-logger): the same fields, in the same order.
+    kopf.configure(log_format=kopf.LogFormat.JSON)
+    logger = kopf.ObjectLogger(BODY)
+    logger.info("Handler 'create_fn' succeeded.")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logger.exception("Failed")
+    logging.getLogger("kopf._core.reactor.running").info("Stopping.", extra={"foo": "bar"})
+    first, second, third = (json.loads(line) for line in emitted(capsys))
+    assert list(first) == ["message", "timestamp", "object", "severity"]
+    assert first["message"] == "Handler 'create_fn' succeeded."
+    assert first["object"] == REF
+    assert datetime.datetime.fromisoformat(first["timestamp"]).tzinfo == datetime.UTC
+    assert list(second) == ["message", "exc_info", "timestamp", "object", "severity"]
+    assert second["exc_info"].startswith("Traceback (most recent call last):")
+    assert second["exc_info"].endswith("ValueError: boom")
+    assert second["severity"] == "error"
+    assert list(third) == ["message", "foo", "timestamp", "severity"]
+    assert third["foo"] == "bar"
+
+
 def test_an_unknown_format_is_refused_before_anything_changes() -> None:
     root = logging.getLogger()
     before = list(root.handlers), root.level
@@ -156,3 +180,22 @@ def test_every_line_reaches_the_stream_at_once_in_order_with_filters_and_traceba
     assert lines[0] == "ERROR [ns1/kex] Failed."
     assert lines[1] == "Traceback (most recent call last):"
     assert lines[-1] == "ValueError: boom"
+
+
+def test_the_prefix_is_in_the_line_not_in_the_record(capsys: pytest.CaptureFixture[str]) -> None:
+    # Handlers after the CLI's (e.g. an operator's own) get Kopf's record: the plain message.
+    seen: list[tuple[str, str]] = []
+
+    class After(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.getMessage(), record.message))
+
+    kopf.configure(log_format=kopf.LogFormat.PLAIN, log_prefix=True)
+    after = After()
+    logging.getLogger().addHandler(after)
+    try:
+        kopf.ObjectLogger(BODY).warning("Watch out.")
+    finally:
+        logging.getLogger().removeHandler(after)
+    assert emitted(capsys) == ["[ns1/kex] Watch out."]
+    assert seen == [("Watch out.", "Watch out.")]

@@ -46,9 +46,9 @@ def cut_message(message: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
     """Shorten a message to ``limit`` characters, keeping its head and tail around ``...``."""
     if len(message) <= limit:
         return message
-    room = limit - len(_CUT_INFIX)
-    head = room // 2
-    tail = room - head
+    # Split as Kopf splits it (the head one character longer), so the texts are the same.
+    head = limit // 2 - len(_CUT_INFIX) // 2
+    tail = limit - head - len(_CUT_INFIX)
     return message[:head] + _CUT_INFIX + message[-tail:]
 
 
@@ -126,7 +126,10 @@ async def post_event(
         now=now,
     )
     try:
-        await api.request("POST", f"/api/v1/namespaces/{namespace}/events", payload=body)
+        # Retries are logged where the poster logs (as Kopf's posting), not as the client's.
+        await api.request(
+            "POST", f"/api/v1/namespaces/{namespace}/events", payload=body, logger=log
+        )
     except APIClientError as exc:
         log.warning(
             f"Failed to post an event. Ignoring and continuing. Code: {exc.code}."

@@ -28,7 +28,6 @@ suspended across a ``yield`` into foreign code.
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any, Final, Literal, NoReturn, TypeAlias, TypedDict, cast
 
@@ -46,6 +45,7 @@ from trioperator._client.errors import (
 )
 from trioperator._client.resources import Resource
 from trioperator._client.settings import WatchingSettings
+from trioperator._util.lognames import framework_logger
 from trioperator._wire.watch import WatchLineError, decode_watch_line
 
 __all__ = [
@@ -60,7 +60,7 @@ __all__ = [
     "stream_events",
 ]
 
-_LOGGER = logging.getLogger(__name__)
+_LOGGER = framework_logger("kopf._cogs.clients.watching", __name__)
 
 LIST_PAGE_SIZE: Final = 500
 """Objects per page of the initial listing (the page size Kubernetes' own clients use)."""
@@ -387,7 +387,9 @@ async def _watch_once(
             log.debug(f"Watch-stream for {what} was interrupted: {exc}")
             return version, None
     if silence.cancelled_caught:
-        log.warning(
+        # At DEBUG, as Kopf: a quiet resource does this every inactivity timeout, and a watch
+        # that stays silent for too long is what the liveness probe reports (as stalled).
+        log.debug(
             f"Watch-stream for {what} is inactive for {_seconds(inactivity or 0)} seconds;"
             " reconnecting."
         )

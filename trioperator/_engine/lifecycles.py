@@ -8,14 +8,14 @@ cycle: each cycle's patch provokes a new watch event, and thus a new cycle.
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from trioperator._engine.ids import HandlerId
+from trioperator._util.lognames import framework_logger
 
-logger = logging.getLogger(__name__)
+logger = framework_logger("kopf._core.actions.lifecycles", __name__)
 
 
 class HandlerLike(Protocol):

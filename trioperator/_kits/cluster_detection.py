@@ -13,7 +13,6 @@ and counts as "not a known local cluster".
 from __future__ import annotations
 
 import dataclasses
-import logging
 import ssl
 from collections.abc import Collection
 from typing import Final
@@ -30,6 +29,7 @@ from trioperator._client.config import (
 from trioperator._client.credentials import ConnectionInfo, LoginError, Vault
 from trioperator._client.settings import NetworkingSettings
 from trioperator._kits.errors import MissingDependencyError
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "DETECTION_TIMEOUT",
@@ -41,7 +41,7 @@ __all__ = [
     "recognise_cluster",
 ]
 
-logger = logging.getLogger("trioperator.webhooks")
+logger = framework_logger("kopf._kits.webhooks", "trioperator.webhooks")
 
 K3D_HOST: Final = "host.k3d.internal"
 MINIKUBE_HOST: Final = "host.minikube.internal"

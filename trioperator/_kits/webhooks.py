@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import logging
 import os
 import pathlib
 import ssl
@@ -76,6 +75,7 @@ from trioperator._runtime.webhook_serving import (
     serve_webhooks,
 )
 from trioperator._util.addresses import is_ip_address
+from trioperator._util.lognames import framework_logger
 
 if TYPE_CHECKING:
     from trioperator._kits.certificates import CertificateAuthority
@@ -94,7 +94,7 @@ __all__ = [
     "normalise_hostnames",
 ]
 
-logger = logging.getLogger("trioperator.webhooks")
+logger = framework_logger("kopf._kits.webhooks", "trioperator.webhooks")
 
 
 def accessible_addr(addr: str | None) -> str:

@@ -20,8 +20,19 @@ from trioperator._engine.ids import HandlerId
 from trioperator._engine.lifecycles import all_at_once
 from trioperator._engine.progression import HandlerOutcome, State
 from trioperator._runtime.execution import Execution, run_handlers
+from trioperator._util.lognames import framework_logger
 
-logger = logging.getLogger("trioperator.activities")
+
+def activity_logger(activity: Activity) -> logging.Logger:
+    """The logger of one activity's handlers, as Kopf names it (``kopf.activities.probe``);
+    ``trioperator.activities.probe`` and ``trioperator.activities`` reach it too."""
+    name = activity.value
+    return framework_logger(f"kopf.activities.{name}", f"trioperator.activities.{name}")
+
+
+# All of them at once, at import: the names exist (linked as _util/lognames.py says) whether or
+# not the operator has handlers for the activity, as users may configure any of them.
+_LOGGERS = {activity: activity_logger(activity) for activity in Activity}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +54,7 @@ async def run_activity(
     indices: Mapping[str, Any] | None = None,
 ) -> dict[HandlerId, HandlerOutcome]:
     """Run the handlers until all are finished; return the outcomes of the last attempts."""
+    logger = _LOGGERS[activity]
     cause = ActivityCause(
         logger=logger, memo=memo, indices=indices or {}, activity=activity, settings=settings
     )

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import math
 from collections.abc import Mapping
 from functools import partial
@@ -81,6 +80,7 @@ from trioperator._runtime.execution import Execution, run_handler_once
 from trioperator._runtime.loggers import LocalObjectLogger
 from trioperator._runtime.metrics import OperatorMetrics
 from trioperator._runtime.webhook_serving import ServerSupport, providing
+from trioperator._util.lognames import framework_logger
 from trioperator._wire.admission import (
     AdmissionReview,
     ReviewDecodeError,
@@ -97,7 +97,7 @@ __all__ = [
     "run_admission",
 ]
 
-logger = logging.getLogger(__name__)
+logger = framework_logger("kopf._core.engines.admission", __name__)
 
 DECODE_IN_THREAD: Final = 256 * 1024
 """Reviews larger than this (bytes) are decoded in a worker thread: a review of megabytes

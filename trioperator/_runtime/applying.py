@@ -7,10 +7,13 @@ fail with 422 instead of overwriting someone else's edit), again status first. O
 functions are kept and retried on the next cycle, against the newer state.
 
 Why the status goes first: the status holds the handlers' results, the body holds the marks
-that say "handled" (the diff-base annotation, the progress annotations, the finalizer). If the
-process dies between the two writes, results without the mark only make the next operator run
-the handler again (at-least-once); the mark without the results would be a handler run lost for
-good. Without a status subresource, everything is one merge-patch and the question never arises.
+that say "handled" (the diff-base annotation, the progress annotations). The status write also
+carries the journal of the body write (``_engine/journal.py``, put there by the processing):
+if the process dies between the two, the next operator finds the results and completes the
+body write from the journal, without running the handlers again. (The other order would lose
+the results for good: the marks alone say "handled".) Without a status subresource, everything
+is one merge-patch and the question never arises. The transformation functions (finalizers)
+come last, guarded by the resourceVersion; adding or removing a finalizer again is harmless.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ async def apply_patch(
                 payload=status_patch,
                 subresource="status",
                 echo_after=_version(freshest),
+                logger=logger,
             )
             written.append(freshest)
         if body_patch:
@@ -96,6 +100,7 @@ async def apply_patch(
                 name=name,
                 payload=body_patch,
                 echo_after=_version(freshest),
+                logger=logger,
             )
             written.append(freshest)
         if patch.fns:
@@ -115,6 +120,7 @@ async def apply_patch(
                         json_patch=True,
                         subresource="status",
                         echo_after=_version(freshest),
+                        logger=logger,
                     )
                     written.append(freshest)
                 if main_ops:
@@ -130,6 +136,7 @@ async def apply_patch(
                         payload=main_ops,
                         json_patch=True,
                         echo_after=_version(freshest),
+                        logger=logger,
                     )
                     written.append(freshest)
             except APIUnprocessableEntityError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import logging
 from collections.abc import Callable, Sequence
 
 from trioperator._client.api import APIClient
@@ -32,10 +31,11 @@ from trioperator._engine.settings import PeeringSettings
 from trioperator._runtime.discovering import discover_resources
 from trioperator._runtime.orchestration import NAMESPACES
 from trioperator._runtime.peering import status_subresource
+from trioperator._util.lognames import framework_logger
 
 __all__ = ["PeeringCommandError", "Touched", "touch_peerings"]
 
-logger = logging.getLogger("trioperator.peering")
+logger = framework_logger("kopf._core.engines.peering", "trioperator.peering")
 
 _PEERING_SCOPE: DiscoveryScope = frozenset((group, None) for group in PEERING_GROUPS)
 

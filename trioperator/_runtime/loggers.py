@@ -1,4 +1,11 @@
-"""Per-object loggers: every line about an object says which object, as ``[namespace/name]``."""
+"""Per-object loggers: every record about an object carries a reference to that object.
+
+The records are Kopf's: made by the ``kopf.objects`` logger (``trioperator.objects`` reaches it
+too, see ``_util/lognames.py``), with the message as the handler or the framework wrote it and
+the object in ``record.k8s_ref``; ``record.k8s_skip`` says whether it may be posted as a k8s
+event. The ``[namespace/name]`` prefix of the log lines is added by the formatters
+(``logsetup.py``), as Kopf's formatters add it: users' own handlers get the plain message.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +17,22 @@ from typing import Any
 # What handlers get as ``logger`` and what the framework's functions accept (Kopf's alias).
 # It is defined once, in the lowest layer that needs it (the API client), and re-exported here.
 from trioperator._client.api import Logger as Logger
+from trioperator._util.lognames import framework_logger
 
-OBJECTS_LOGGER_NAME = "trioperator.objects"
-_OBJECTS_LOGGER = logging.getLogger(OBJECTS_LOGGER_NAME)  # one lookup (and lock), not per object
+OBJECTS_LOGGER_NAME = "kopf.objects"
+_OBJECTS_LOGGER = framework_logger(OBJECTS_LOGGER_NAME)  # one lookup (and lock), not per object
 _LOGGING_FILE = logging.Logger.log.__code__.co_filename  # frames of the logging module itself
 
 
 class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes messages with ``[namespace/name]`` and attaches a reference to the object.
+    """Attaches a reference to the object (``record.k8s_ref``) to every record, as Kopf's does.
 
-    The reference (``record.k8s_ref``) lets structured formatters and the event poster find
-    the object without parsing the message.
+    The reference lets the formatters (the ``[namespace/name]`` prefix, the JSON ``object``) and
+    the event poster find the object without parsing the message.
     """
+
+    skip: bool = False
+    """``record.k8s_skip``: the records are never posted as k8s events."""
 
     def __init__(
         self,
@@ -35,7 +46,6 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
         metadata = body.get("metadata") or {}
         namespace = metadata.get("namespace")
         name = metadata.get("name")
-        self.prefix = f"[{namespace}/{name}]" if namespace else f"[{name}]"
         self.ref = {
             "apiVersion": body.get("apiVersion"),
             "kind": body.get("kind"),
@@ -43,20 +53,21 @@ class ObjectLogger(logging.LoggerAdapter[logging.Logger]):
             "uid": metadata.get("uid"),
             "namespace": namespace,
         }
-        super().__init__(logger or _OBJECTS_LOGGER, {"k8s_ref": self.ref})
+        self._extra = {"k8s_skip": self.skip, "k8s_ref": self.ref}
+        super().__init__(logger or _OBJECTS_LOGGER, self._extra)
+
+    @property
+    def prefix(self) -> str:
+        """``[namespace/name]``: the object as the log lines show it."""
+        return object_prefix(self.ref)
 
     def process(
         self, msg: Any, kwargs: MutableMapping[str, Any]
     ) -> tuple[Any, MutableMapping[str, Any]]:
+        # As Kopf: the call's own extra wins over the adapter's (and both are kept).
         given: Mapping[str, Any] | None = kwargs.get("extra")
-        if given:
-            extra = dict(given)
-            extra.setdefault("k8s_ref", self.ref)
-            extra.setdefault("k8s_prefix", self.prefix)
-        else:
-            extra = {"k8s_ref": self.ref, "k8s_prefix": self.prefix}
-        kwargs["extra"] = extra
-        return f"{self.prefix} {msg}", kwargs
+        kwargs["extra"] = {**self._extra, **given} if given else self._extra
+        return msg, kwargs
 
     def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
         """As ``LoggerAdapter.log``, with the same record, made with less work.
@@ -102,15 +113,17 @@ class LocalObjectLogger(ObjectLogger):
     """An ``ObjectLogger`` whose messages are never posted as Kubernetes events.
 
     For chatty places (e.g. event-watching handlers): the lines still go to the log with the
-    object's prefix and reference, but do not flood the cluster with events.
+    object's reference, but do not flood the cluster with events.
     """
 
-    def process(
-        self, msg: Any, kwargs: MutableMapping[str, Any]
-    ) -> tuple[Any, MutableMapping[str, Any]]:
-        msg, kwargs = super().process(msg, kwargs)
-        kwargs["extra"]["k8s_skip"] = True
-        return msg, kwargs
+    skip = True
+
+
+def object_prefix(ref: Mapping[str, Any]) -> str:
+    """The ``[namespace/name]`` (or ``[name]``) of an object reference, as Kopf formats it."""
+    namespace = ref.get("namespace")
+    name = ref.get("name")
+    return f"[{namespace}/{name}]" if namespace else f"[{name}]"
 
 
 def level_word(levelno: int, words: tuple[str, str, str, str, str]) -> str:

@@ -5,20 +5,21 @@ The CLI calls ``configure()`` with its ``--verbose/--debug/--quiet/--log-format/
 handler on the root logger, replacing the one an earlier ``configure()`` installed and leaving
 every other handler alone (pytest's, the application's).
 
-Per-object lines carry their object's ``[namespace/name]`` prefix in the message (see
-``ObjectLogger``); with ``log_prefix=False`` the formatters strip it again. In JSON, the
-object's reference goes under ``log_refkey`` instead.
+Per-object records carry their object's reference (``record.k8s_ref``, see ``ObjectLogger``);
+with ``log_prefix`` the formatters put its ``[namespace/name]`` before the message, as Kopf's
+do. In JSON, the reference goes under ``log_refkey``.
 """
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import logging
 import time
 from typing import Any, TextIO
 
-from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
+from trioperator._runtime.loggers import level_word, object_prefix
 
 DEFAULT_JSON_REFKEY = "object"
 
@@ -62,8 +63,9 @@ def configure(
         if existing.get_name() == _HANDLER_NAME:
             root.removeHandler(existing)
     root.addHandler(handler)
+    # The root's level only, as Kopf's configure(): levels set on the framework's loggers
+    # (e.g. ``kopf.objects`` at WARNING by the operator's code) stay in force.
     root.setLevel(level)
-    logging.getLogger(OBJECTS_LOGGER_NAME).setLevel(level)
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.WARNING)
 
@@ -156,7 +158,8 @@ class _SecondsCache(logging.Formatter):
 
 
 class TextFormatter(_SecondsCache):
-    """A ``logging`` format string, with the object prefix kept or stripped."""
+    """A ``logging`` format string; with ``prefix``, objects' records begin with their
+    ``[namespace/name]``."""
 
     def __init__(self, fmt: str, *, prefix: bool) -> None:
         super().__init__(fmt)
@@ -164,12 +167,15 @@ class TextFormatter(_SecondsCache):
         self._uses_time = self.usesTime()  # the format string is fixed: look at it once
 
     def format(self, record: logging.LogRecord) -> str:
-        # As ``logging.Formatter.format``, with the message made once (not once, then again
-        # without the prefix) and the format string's use of the time looked up once.
-        record.message = _message(record, self.prefix)
+        # As ``logging.Formatter.format``, with the format string's use of the time looked up
+        # once. The prefix is in the line only: the record is left with the plain message, as
+        # any formatter leaves it, for the handlers after this one (Kopf's formats a copy).
+        message = record.getMessage()
+        record.message = _prefixed(record, message) if self.prefix else message
         if self._uses_time:
             record.asctime = self.formatTime(record, self.datefmt)
         text = self._style.format(record)
+        record.message = message
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -179,8 +185,11 @@ class TextFormatter(_SecondsCache):
         return text
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = _message(record, self.prefix)
-        return super().formatMessage(record)
+        message = record.getMessage()
+        record.message = _prefixed(record, message) if self.prefix else message
+        text = super().formatMessage(record)
+        record.message = message
+        return text
 
 
 def _joined(text: str, more: str) -> str:
@@ -188,7 +197,11 @@ def _joined(text: str, more: str) -> str:
 
 
 class JsonFormatter(_SecondsCache):
-    """One JSON object per line: message, timestamp, severity, logger, the object reference."""
+    """One JSON object per line, as Kopf's (python-json-logger's, as Kopf sets it up) in fields,
+    their order and values: ``message``; ``exc_info``/``stack_info`` if any; the record's extra
+    fields (e.g. of ``logger.info(..., extra={...})``); ``timestamp`` (ISO-8601, UTC); the
+    object's reference under ``refkey``; ``severity`` (unless an extra field has that name).
+    """
 
     def __init__(self, *, refkey: str = DEFAULT_JSON_REFKEY, prefix: bool = False) -> None:
         super().__init__()
@@ -196,18 +209,38 @@ class JsonFormatter(_SecondsCache):
         self.prefix = prefix
 
     def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
-            "message": _message(record, self.prefix),
-            "timestamp": self.formatTime(record),
-            "severity": _severity(record.levelno),
-            "logger": record.name,
-        }
-        ref = getattr(record, "k8s_ref", None)
-        if ref:
-            payload[self.refkey] = ref
+        payload: dict[str, Any] = {"message": _message(record, self.prefix)}
         if record.exc_info:
             payload["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            payload["exc_info"] = record.exc_text
+        if record.stack_info:
+            payload["stack_info"] = self.formatStack(record.stack_info)
+        for key, value in record.__dict__.items():
+            if key not in _NOT_EXTRA and not key.startswith("_"):
+                payload[key] = value
+        created = datetime.datetime.fromtimestamp(record.created, tz=datetime.UTC)
+        payload["timestamp"] = created.isoformat()
+        ref = getattr(record, "k8s_ref", None)
+        if ref is not None and self.refkey:
+            payload[self.refkey] = ref
+        payload.setdefault("severity", _severity(record.levelno))
         return json.dumps(payload, default=str)
+
+
+# The attributes of every record, and those the framework's records carry for the formatters
+# and the event poster: not extra fields (Kopf's reserved attributes, plus ``taskName``).
+_NOT_EXTRA = frozenset(
+    {
+        *vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None)),
+        "asctime",
+        "message",
+        "taskName",
+        "k8s_ref",
+        "k8s_skip",
+        "settings",
+    }
+)
 
 
 def _severity(levelno: int) -> str:
@@ -217,7 +250,10 @@ def _severity(levelno: int) -> str:
 
 def _message(record: logging.LogRecord, prefix: bool) -> str:
     message = record.getMessage()
-    marker = getattr(record, "k8s_prefix", None)
-    if marker and not prefix and message.startswith(f"{marker} "):
-        return message[len(marker) + 1 :]
-    return message
+    return _prefixed(record, message) if prefix else message
+
+
+def _prefixed(record: logging.LogRecord, message: str) -> str:
+    # As Kopf's formatters: any record with an object's reference gets its [namespace/name].
+    ref = getattr(record, "k8s_ref", None)
+    return f"{object_prefix(ref)} {message}" if ref is not None else message

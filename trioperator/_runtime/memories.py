@@ -63,6 +63,10 @@ class ObjectMemory:
 
     deletion_handled: bool = False
     """The delete handlers are done, but daemons still hold the object: do not run them again."""
+    journal_unchecked: bool = True
+    """The status may hold the journal of a body write of ours that did not land (see
+    ``_engine/journal.py``): before this process's first change handling of the object, and
+    after a write of ours that failed half-way. Looked at once, then cleared."""
 
     _daemons: DaemonsMemory | None = None
 

@@ -61,7 +61,6 @@ cannot be cancelled still ends on its own: a sync handler's thread is waited for
 
 from __future__ import annotations
 
-import logging
 import signal
 from collections.abc import Collection
 from functools import partial
@@ -101,8 +100,11 @@ from trioperator._runtime.posting import (
 from trioperator._runtime.probing import serve_liveness
 from trioperator._runtime.sharding import run_sharding
 from trioperator._util.endpoints import parse_endpoint
+from trioperator._util.lognames import framework_logger
 
-logger = logging.getLogger("trioperator")
+# Kopf's names: the operator's run as a whole, and its logging in.
+logger = framework_logger("kopf._core.reactor.running")
+auth_logger = framework_logger("kopf._core.engines.activities")
 
 CLEANUP_TIMEOUT = 60
 """How long ``on.cleanup`` handlers may take after a stop (they run shielded)."""
@@ -449,15 +451,19 @@ class Operator:
         if not handlers:
             handlers = _fallback_login_handlers()
         reported = False
+        logins = 0
         while True:
             if not self.vault.is_empty():
                 # Given credentials (embedding, tests) or a successful re-login: nothing to do.
                 if not reported:
                     reported = True
-                    logger.info("Client is configured.")
                     task_status.started()
                 await self.vault.wait_for_emptiness()
                 continue
+            # Kopf's lines, and its logger (kopf._core.engines.activities).
+            title = "Re-authentication" if logins else "Initial authentication"
+            logins += 1
+            auth_logger.info(f"{title} has been initiated.")
             try:
                 outcomes = await run_activity(
                     handlers,
@@ -469,14 +475,19 @@ class Operator:
                 )
             except ActivityError as exc:
                 outcomes = {}
-                logger.error(f"Login failed: {exc}")
+                auth_logger.error(f"Login failed: {exc}")
             infos = {
                 str(hid): outcome.result
                 for hid, outcome in outcomes.items()
                 if isinstance(outcome.result, ConnectionInfo)
             }
             if infos:
+                auth_logger.info(f"{title} has finished.")
                 await self.vault.populate(infos)
+            else:
+                auth_logger.warning(
+                    f"{title} has failed: no credentials were retrieved from the login handlers."
+                )
             if self.vault.is_empty():
                 error = LoginError("Ran out of valid credentials: no login handler gave any.")
                 self.vault.fail(error)
@@ -588,7 +599,8 @@ async def _watch_signals(
                 logger.warning(f"Signal {signal.Signals(signum).name} again: cancelling now.")
                 exiting.cancel_now()
                 return
-            logger.info(f"Signal {signal.Signals(signum).name} received: stopping gracefully.")
+            # Kopf's line (the graceful stop is trioperator's, the words are Kopf's).
+            logger.info(f"Signal {signal.Signals(signum).name} is received. Operator is stopping.")
             stop_flag.set()
 
 

@@ -79,6 +79,7 @@ from trioperator._runtime.memories import Memories
 from trioperator._runtime.observing import observe_resource
 from trioperator._runtime.peering import Peering
 from trioperator._runtime.watcher import run_watcher
+from trioperator._util.lognames import framework_logger
 from trioperator._util.ordering import OrderedSlots
 
 __all__ = [
@@ -89,7 +90,10 @@ __all__ = [
     "run_orchestrator",
 ]
 
-logger = logging.getLogger(__name__)
+# Kopf's names: what is served is found by "observation" (namespaces, resources, CRDs); the
+# watchers are started and stopped by "orchestration".
+logger = framework_logger("kopf._core.reactor.observation", __name__)
+watchers_logger = framework_logger("kopf._core.reactor.orchestration")
 
 NAMESPACES: Final = Resource(
     group="",
@@ -293,7 +297,7 @@ class Orchestration:
         watcher = _Watcher(key, ctx, self._watcher_started)
         predecessor = self._retiring.get(key)
         self._watchers[key] = watcher
-        logger.info(f"Serving {describe_watcher(key)}.")
+        watchers_logger.info(f"Serving {describe_watcher(key)}.")
         self._nursery.start_soon(
             self._run_watcher, watcher, predecessor, name=f"watcher {describe_watcher(key)}"
         )
@@ -301,7 +305,7 @@ class Orchestration:
 
     def _stop(self, key: WatcherKey) -> None:
         watcher = self._watchers.pop(key)
-        logger.info(f"Stopping {describe_watcher(key)}.")
+        watchers_logger.info(f"Stopping {describe_watcher(key)}.")
         self._forget_health(watcher)  # it ends on purpose: not a failure to report
         watcher.stop()
         self._retiring[key] = watcher
@@ -344,7 +348,7 @@ class Orchestration:
             # The resource vanished under the watcher (its CRD was deleted, or a version is no
             # longer served) before the discovery told us. Not a failure of the operator.
             gone = True
-            logger.log(
+            watchers_logger.log(
                 logging.DEBUG if watcher.stop_requested else logging.WARNING,
                 f"Stopped serving {describe_watcher(watcher.key)}: the resource is gone "
                 f"({group.exceptions[0]}).",

@@ -22,7 +22,6 @@ pause, it lists its objects again (see ``trioperator._runtime.watcher``).
 from __future__ import annotations
 
 import datetime
-import logging
 import math
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeAlias
@@ -47,10 +46,11 @@ from trioperator._engine.peering import (
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.gates import OperatorPause
 from trioperator._runtime.observing import observe_resource
+from trioperator._util.lognames import framework_logger
 
 __all__ = ["REMOVAL_TIMEOUT", "Peering", "run_peering", "status_subresource"]
 
-logger = logging.getLogger("trioperator.peering")
+logger = framework_logger("kopf._core.engines.peering", "trioperator.peering")
 
 REMOVAL_TIMEOUT: Final = 10.0
 """Seconds to remove our record on exit; after that, it expires on its own."""

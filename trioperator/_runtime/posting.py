@@ -23,7 +23,7 @@ and ``settings.posting.level`` drops what is below it. Kopf's code lets ``warn()
 gated by the level they stand for (``Normal`` = INFO, ``Warning`` = WARNING, ``Error`` = ERROR).
 
 With ``settings.posting.loggers = True``, records of the per-object loggers (logger
-``trioperator.objects``, carrying ``k8s_ref``) at or above ``settings.posting.level`` are posted
+``kopf.objects``, carrying ``k8s_ref``) at or above ``settings.posting.level`` are posted
 too, with the reason ``Logging`` and a type by level (see :class:`ObjectEventsHandler`).
 """
 
@@ -45,6 +45,7 @@ from trioperator._client.events import post_event
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, level_word
 from trioperator._util import clock
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "DRAIN_TIMEOUT",
@@ -62,7 +63,7 @@ __all__ = [
     "warn",
 ]
 
-logger = logging.getLogger("trioperator.posting")
+logger = framework_logger("kopf._core.engines.posting", "trioperator.posting")
 
 DRAIN_TIMEOUT: Final = 5.0
 """After a graceful stop, how long the poster may take to post what is still queued."""
@@ -451,9 +452,6 @@ def _type_of(levelno: int) -> str:
 
 
 def _plain_message(record: logging.LogRecord) -> str:
-    # The event is already attached to the object: the "[namespace/name] " prefix is noise.
-    message = record.getMessage()
-    prefix = getattr(record, "k8s_prefix", None)
-    if prefix and message.startswith(f"{prefix} "):
-        message = message[len(prefix) + 1 :]
-    return message
+    # The message alone: the event is attached to the object, no prefix is needed (and the
+    # records have none: the formatters add it to the log lines).
+    return record.getMessage()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -41,6 +40,7 @@ from trioperator._runtime.activities import run_activity
 from trioperator._runtime.execution import Execution
 from trioperator._runtime.httpserver import Handler, Request, Response, for_queries, serve_http
 from trioperator._util.endpoints import parse_endpoint
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "PROBE_CACHE_TTL",
@@ -51,7 +51,7 @@ __all__ = [
     "serve_liveness",
 ]
 
-logger = logging.getLogger("trioperator.probing")
+logger = framework_logger("kopf._core.engines.probing", "trioperator.probing")
 
 PROBE_CACHE_TTL: Final = 10.0
 """For how long (trio time, seconds) the results of the probe handlers are reused."""
@@ -237,7 +237,9 @@ class _ProbeCache:
             )
         except ActivityError as exc:
             return {}, {hid: _describe(error) for hid, error in exc.outcomes.items()}
-        return {str(hid): outcome.result for hid, outcome in outcomes.items()}, {}
+        # As Kopf: a probe that returns None is left out of the answer (``{}``, not ``null``).
+        results = {str(hid): o.result for hid, o in outcomes.items() if o.result is not None}
+        return results, {}
 
 
 def _once(handler: ActivityHandler) -> ActivityHandler:

@@ -33,7 +33,8 @@ from trioperator._engine.finalizers import (
     is_deletion_ongoing,
 )
 from trioperator._engine.handlers import ChangingHandler
-from trioperator._engine.patches import Patch
+from trioperator._engine.journal import annotation_prefixes, pending_write, prepare
+from trioperator._engine.patches import Patch, apply_merge_patch
 from trioperator._engine.progress import clear_owned
 from trioperator._engine.progression import HandlerState, State, deliver_results, format_iso8601
 from trioperator._engine.reasons import TITLES, Reason
@@ -159,6 +160,13 @@ async def process_changes(
         if changing:
             logger.debug("Deleted, really deleted, and we are notified.")
         return CycleOutcome(gone=True)
+    if memory.journal_unchecked:
+        memory.journal_unchecked = False
+        persistence = ctx.settings.persistence
+        prefixes = annotation_prefixes(persistence.progress_storage, persistence.diffbase_storage)
+        written = pending_write(raw_body, prefixes)
+        if written is not None:
+            return await _complete_interrupted_write(ctx, event, memory, logger, patch, written)
     if not (changing or spawning) or (memory.released and is_deletion_ongoing(raw_body)):
         # After we have removed our finalizer, events of the states in between (e.g. of our
         # own merge-patch just before that) must not start the deletion anew. Removing the
@@ -239,6 +247,29 @@ async def process_changes(
     )
     if releasing and not memory.pending_fns:
         memory.released = True
+    return outcome
+
+
+async def _complete_interrupted_write(
+    ctx: ResourceContext,
+    event: RawEvent,
+    memory: ObjectMemory,
+    logger: Logger,
+    carried: Patch | None,
+    written: dict[str, Any],
+) -> CycleOutcome:
+    """Do the body write whose status write has landed (the results are stored, the marks are
+    not): the handlers of that cycle are not run again. Its echo is then handled as usual."""
+    logger.info(
+        "The last write was interrupted after the results were stored: "
+        "storing the marks of the handled changes now (the handlers are not run again)."
+    )
+    carried_patch = _start_patch(memory, carried)
+    merged = apply_merge_patch(written, dict(carried_patch)) if carried_patch else written
+    patch = Patch(copy.deepcopy(merged), fns=list(carried_patch.fns))
+    memory.journal_unchecked = True  # until it has landed: if it fails, the next cycle retries
+    outcome = await _apply(ctx, event["object"], patch, logger, delay=None, memory=memory)
+    memory.journal_unchecked = False
     return outcome
 
 
@@ -362,7 +393,12 @@ async def _process_changing_cause(
                 f"{title.capitalize()} is processed: "
                 f"{counts.success} succeeded; {counts.failure} failed."
             )
-            state.purge(body=body, patch=patch, storage=progress, handlers=owned)
+            if reason is not Reason.DELETE:
+                state.purge(body=body, patch=patch, storage=progress, handlers=owned)
+            # A deletion's records stay, final, until the object is gone: our finalizer is
+            # removed by a write of its own after this cycle's (or later, when the daemons are
+            # done), and a crash before it must find the deletion handled, not run its
+            # handlers again. Kopf reads such records as done too.
         else:
             delay = state.delay(execution.now())
     else:
@@ -378,7 +414,7 @@ async def _process_changing_cause(
             logger.debug("Removing the finalizer, thus allowing the actual deletion.")
             allow_deletion(body=body.raw, patch=patch, finalizer=persistence.finalizer)
         elif reason is Reason.DELETE:
-            # Not again when the daemons are done: the handlers' records are purged already.
+            # Not again when the daemons are done (the records say so too, after a restart).
             memory.deletion_handled = True
     return delay, done and reason is not Reason.DELETE
 
@@ -415,14 +451,25 @@ async def _apply(
     delay: float | None,
     memory: ObjectMemory,
 ) -> CycleOutcome:
+    persistence = ctx.settings.persistence
     if patch:
         # A real change provokes an event anyway: the touch-dummy is not needed any more.
-        ctx.settings.persistence.progress_storage.touch(
-            body=Body(raw_body), patch=patch, value=None
-        )
+        persistence.progress_storage.touch(body=Body(raw_body), patch=patch, value=None)
+        if "status" in ctx.resource.subresources:
+            # Two writes: the status one carries the body one (the results with their marks).
+            prefixes = annotation_prefixes(
+                persistence.progress_storage, persistence.diffbase_storage
+            )
+            prepare(raw_body, patch, prefixes)
+    journaled = _has_journal(patch)
+    if journaled:
+        # Until it has all landed: if it fails half-way, the next cycle completes it.
+        memory.journal_unchecked = True
     result = await apply_patch(
         ctx.api, resource=ctx.resource, body=raw_body, patch=patch, logger=logger
     )
+    if journaled:
+        memory.journal_unchecked = False
     # The shared empty tuple, not an empty list per object: it is kept for the object's life.
     memory.pending_fns = result.remaining_fns or ()
     # A write that changed nothing keeps the version and makes no event: nothing to wait for.
@@ -436,6 +483,12 @@ async def _apply(
         gone=result.gone,
         written=result.body if version is not None else None,
     )
+
+
+def _has_journal(patch: Patch) -> bool:
+    status = patch.get("status")
+    kopf = status.get("kopf") if isinstance(status, dict) else None
+    return isinstance(kopf, dict) and kopf.get("journal") is not None
 
 
 async def touch(ctx: ResourceContext, raw_body: RawBody, logger: Logger) -> str | None:

@@ -31,7 +31,6 @@ listing is routed and indexed.
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 
 import trio
@@ -49,8 +48,11 @@ from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.metrics import WatchCounts
 from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.workers import run_worker
+from trioperator._util.lognames import framework_logger
 
-logger = logging.getLogger(__name__)
+# Kopf's names: the multiplexing into workers is "queueing", the streams are "watching".
+logger = framework_logger("kopf._core.reactor.queueing", "trioperator._runtime.workers")
+stream_logger = framework_logger("kopf._cogs.clients.watching", __name__)
 
 STREAM_BUFFER = 1024
 """Events read ahead of routing, to absorb bursts; routing blocks only when the workers' queues
@@ -200,7 +202,7 @@ async def _stream_unless_paused(
     while True:
         if pause.is_paused():
             blockers = ", ".join(pause.reasons)
-            logger.debug(
+            stream_logger.debug(
                 f"Pausing the watch-stream for {ctx.resource} {where} (blockers: {blockers})."
             )
             keeper.pause()
@@ -210,7 +212,7 @@ async def _stream_unless_paused(
                 ctx.health.touch()
                 with trio.move_on_after(PAUSED_HEALTH_INTERVAL):
                     await pause.wait_for(False)
-            logger.debug(f"Resuming the watch-stream for {ctx.resource} {where}.")
+            stream_logger.debug(f"Resuming the watch-stream for {ctx.resource} {where}.")
             keeper.resume()
         # Read before the listing: a reassignment during it lists again.
         generation = ctx.operator.shard.generation if ctx.operator.shard is not None else 0

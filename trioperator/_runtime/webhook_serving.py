@@ -26,7 +26,6 @@ import contextvars
 import dataclasses
 import hashlib
 import ipaddress
-import logging
 import os
 import ssl
 import urllib.parse
@@ -47,6 +46,7 @@ from trioperator._engine.webhooks import (
     WebhookRejected,
 )
 from trioperator._runtime.httpserver import Handler, Request, Response, serve_http
+from trioperator._util.lognames import framework_logger
 
 __all__ = [
     "RETIRED_GRACE",
@@ -64,7 +64,7 @@ __all__ = [
     "serve_webhooks",
 ]
 
-logger = logging.getLogger("trioperator.webhooks")
+logger = framework_logger("kopf._kits.webhooks", "trioperator.webhooks")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,12 +36,13 @@ from trioperator._runtime.processing import (
     touch,
 )
 from trioperator._runtime.waiting import first_of
+from trioperator._util.lognames import framework_logger
 from trioperator._util.ordering import OrderedSlots, current_ticket
 
 WAITING_KEEPALIVE_INTERVAL = 10 * 60
 """The longest a delay sleeps before touching the object anyway (as Kopf does)."""
 
-logger = logging.getLogger(__name__)
+logger = framework_logger("kopf._core.reactor.queueing", __name__)
 
 
 async def _wait(

@@ -42,6 +42,7 @@ from trioperator._engine.registry import (
 )
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.loading import load_operator_code
+from trioperator._runtime.loggers import object_prefix
 from trioperator._runtime.operator import Operator
 from trioperator.testing.fakeapi import FakeAPI
 
@@ -76,11 +77,20 @@ class OperatorStoppedError(Exception):
 # ------------------------------------------------------------------------------ captured logs
 
 
+def line_of(record: logging.LogRecord) -> str:
+    """The message of a record as the log line shows it: an object's begins with its prefix."""
+    message = record.getMessage()
+    ref = getattr(record, "k8s_ref", None)
+    return f"{object_prefix(ref)} {message}" if ref is not None else message
+
+
 @final
 class CapturedLogs(logging.Handler):
     """The log records of the operator (the ``trioperator`` loggers), in the order logged.
 
-    Patterns are regular expressions searched for in each formatted message (``re.search``).
+    Patterns are regular expressions searched for in each message as the log line shows it
+    (``re.search``): with its arguments, and for a record about an object with the object's
+    ``[namespace/name]`` before it, as in ``[default/kex-1] Handler 'create_fn' succeeded.``
     Each record also keeps the trio time it was logged at (``None`` if it was logged from a
     worker thread), so tests on a mock clock can assert when something happened.
     """
@@ -102,7 +112,7 @@ class CapturedLogs(logging.Handler):
     @property
     def messages(self) -> list[str]:
         """The messages of all captured records, formatted with their arguments."""
-        return [record.getMessage() for record in list(self.records)]
+        return [line_of(record) for record in list(self.records)]
 
     @property
     def text(self) -> str:
@@ -123,7 +133,7 @@ class CapturedLogs(logging.Handler):
         return [
             record
             for record in list(self.records)
-            if record.levelno >= level and regex.search(record.getMessage())
+            if record.levelno >= level and regex.search(line_of(record))
         ]
 
     def count(self, pattern: Pattern, *, level: int = logging.NOTSET) -> int:
@@ -133,7 +143,7 @@ class CapturedLogs(logging.Handler):
         """The trio times at which the matching messages were logged."""
         regex = re.compile(pattern)
         pairs = list(zip(list(self.records), list(self._times), strict=False))
-        return [when for record, when in pairs if regex.search(record.getMessage())]
+        return [when for record, when in pairs if regex.search(line_of(record))]
 
     def assert_logged(
         self, pattern: Pattern, *, level: int = logging.NOTSET, count: int | None = None
@@ -150,9 +160,7 @@ class CapturedLogs(logging.Handler):
     def assert_not_logged(self, pattern: Pattern, *, level: int = logging.NOTSET) -> None:
         found = self.find(pattern, level=level)
         if found:
-            raise AssertionError(
-                f"Logged, but should not be: {found[0].getMessage()!r}.{self._dump()}"
-            )
+            raise AssertionError(f"Logged, but should not be: {line_of(found[0])!r}.{self._dump()}")
 
     def assert_in_order(self, *patterns: Pattern) -> None:
         """Each pattern matches a message logged after the one the previous pattern matched."""

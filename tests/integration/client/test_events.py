@@ -73,7 +73,7 @@ async def test_long_message_is_cut(autojump_clock: MockClock, api: APIClient, se
     await post_event(api, ref=REF, type="Normal", reason="R", message=message, **COMMON)
     posted = server.requests[0].json()["message"]
     assert len(posted) == 1024
-    assert posted == "H" * 510 + "..." + "T" * 511
+    assert posted == "H" * 511 + "..." + "T" * 510  # as Kopf cuts it
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from trioperator._runtime.httpserver import DropConnection, Response
 
 KEX = Resource(group="kopf.dev", version="v1", plural="kopfexamples", kind="KopfExample")
 URL = "/apis/kopf.dev/v1/namespaces/ns1/kopfexamples"
-WATCH_LOGGER = "trioperator._client.watching"
+WATCH_LOGGER = "kopf._cogs.clients.watching"  # as Kopf names it
 
 
 def obj(name: str, rv: str) -> dict[str, Any]:
@@ -388,6 +388,7 @@ async def test_inactivity_reconnects_from_the_last_version(
     caplog: pytest.LogCaptureFixture,
     health: WatchHealth,
 ) -> None:
+    caplog.set_level(logging.DEBUG, WATCH_LOGGER)  # at DEBUG, as in Kopf
     watching.inactivity_timeout = 15
     server.handler = server.hang
     server.script(

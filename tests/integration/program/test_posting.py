@@ -200,7 +200,7 @@ async def test_long_messages_are_cut_in_the_middle(
         await helpers.wait_until(lambda: len(posted(fake_api)) == 1)
     [posted_event] = posted(fake_api)
     assert len(posted_event["message"]) == 1024
-    assert posted_event["message"] == "H" * 510 + "..." + "T" * 511
+    assert posted_event["message"] == "H" * 511 + "..." + "T" * 510  # as Kopf cuts it
 
 
 @pytest.mark.parametrize(
@@ -283,7 +283,7 @@ async def test_api_errors_are_logged_and_the_poster_keeps_going(
     warnings = [
         r.getMessage()
         for r in caplog_trioperator.records
-        if r.levelno == logging.WARNING and r.name == "trioperator.posting"
+        if r.levelno == logging.WARNING and r.name == "kopf._core.engines.posting"
     ]
     assert len(warnings) == 1
     assert warnings[0].startswith("Failed to post an event. Ignoring and continuing.")

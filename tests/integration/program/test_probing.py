@@ -85,6 +85,34 @@ async def test_no_probe_handlers_answer_an_empty_object(
     assert (response.status_code, response.json()) == (200, {})
 
 
+async def test_probes_that_return_none_are_left_out_as_in_kopf(
+    autojump_clock: Any, start_liveness: Starter, registry: OperatorRegistry
+) -> None:
+    @kopf.on.probe(id="api", registry=registry)
+    async def api(**_: Any) -> None:
+        pass
+
+    @kopf.on.probe(id="zero", registry=registry)
+    def zero(**_: Any) -> int:
+        return 0  # falsy, but not None: kept
+
+    client = await start_liveness()
+    response = await client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"zero": 0})
+
+
+async def test_a_single_probe_returning_none_answers_an_empty_object(
+    autojump_clock: Any, start_liveness: Starter, registry: OperatorRegistry
+) -> None:
+    @kopf.on.probe(id="api", registry=registry)
+    async def api(**_: Any) -> None:
+        pass
+
+    client = await start_liveness()
+    response = await client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {})
+
+
 async def test_results_are_cached_for_10_seconds(
     autojump_clock: Any, start_liveness: Starter, registry: OperatorRegistry
 ) -> None:

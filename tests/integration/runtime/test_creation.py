@@ -56,11 +56,27 @@ async def test_create_flow_makes_exactly_the_api_calls_of_kopf(
     await trio.sleep(30)  # anything that would come later, e.g. a reaction to our own patch
 
     # Kopf's two writes: a merge-patch of the status subresource (the result) and one of the
-    # body (the diff-base). Unlike Kopf, the result goes first: a crash between the two can then
-    # only repeat the handler, never leave a handled-looking object without its result.
-    assert running.writes() == [
-        ("PATCH", "/status", {"status": {"create_fn": {"message": "hello"}}}),
-        ("PATCH", "", {"metadata": {"annotations": {DIFFBASE: ESSENCE}}}),
+    # body (the diff-base). Unlike Kopf, the result goes first, with the journal of the body
+    # write: a crash between the two neither loses the result nor repeats the handler.
+    body_write = {"metadata": {"annotations": {DIFFBASE: ESSENCE}}}
+    writes = running.writes()
+    assert writes == [
+        (
+            "PATCH",
+            "/status",
+            {
+                "status": {
+                    "create_fn": {"message": "hello"},
+                    "kopf": {
+                        "journal": {
+                            "base": writes[0][2]["status"]["kopf"]["journal"]["base"],
+                            "patch": json.dumps(body_write, separators=(",", ":")),
+                        }
+                    },
+                }
+            },
+        ),
+        ("PATCH", "", body_write),
     ]
     logs.assert_in_order(
         "[default/kopf-example-1] Creation is in progress:",

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 import trioperator as kopf
+from tests.integration.conftest import results
 from tests.integration.runtime.conftest import Running
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._runtime.operator import Operator
@@ -292,7 +293,7 @@ async def test_cleanup_runs_after_watchers_workers_and_the_last_handler_stopped(
     assert cleanup["watchers"] == []
     assert cleanup["workers"] == []
     # The handler's outcome was patched to the object before the cleanup began.
-    assert cleanup["status"] == {"create_fn": "done"}
+    assert results(cleanup["status"]) == {"create_fn": "done"}
 
 
 # ------------------------------------------------------------------------ signals: 2 phases
@@ -336,9 +337,9 @@ async def test_first_signal_stops_gracefully_and_a_running_handler_finishes(
     assert finished == [pytest.approx(signalled_at + 3, abs=0.05)]
     assert ended_at == pytest.approx(signalled_at + 3, abs=0.05)
     status = fake_api.get_object("kopfexamples", "kopf-example-1", "default")["status"]
-    assert status == {"create_fn": "done"}
+    assert results(status) == {"create_fn": "done"}
     assert "status" not in fake_api.get_object("kopfexamples", "late", "default")
-    assert logs.count(f"Signal {signum.name} received: stopping gracefully.") == 1
+    assert logs.count(f"Signal {signum.name} is received. Operator is stopping.") == 1
     assert logs.count("cancelling") == 0
 
 
@@ -392,7 +393,7 @@ async def test_second_signal_cancels_a_long_handler_now(
     assert cancelled == [pytest.approx(second_at, abs=0.05)]
     assert ended_at == pytest.approx(second_at, abs=0.05)
     logs.assert_in_order(
-        "Signal SIGINT received: stopping gracefully.", "Signal SIGINT again: cancelling now."
+        "Signal SIGINT is received. Operator is stopping.", "Signal SIGINT again: cancelling now."
     )
     assert "status" not in fake_api.get_object("kopfexamples", "kopf-example-1", "default")
 
@@ -509,7 +510,7 @@ async def test_ultimate_exiting_timeout_none_waits_for_the_graceful_stop(
     ended_at = await run.wait_until_finished()
     assert ended_at == pytest.approx(started[0] + 1500, abs=0.05)
     status = fake_api.get_object("kopfexamples", "kopf-example-1", "default")["status"]
-    assert status == {"create_fn": "done"}
+    assert results(status) == {"create_fn": "done"}
     assert logs.count(ULTIMATE) == 0
 
 
