@@ -78,6 +78,13 @@ _REVIEW_DECODER: msgspec.json.Decoder[AdmissionReview] = msgspec.json.Decoder(Ad
 
 _EXCERPT = 200
 
+MAX_CONTAINERS: Final = 500_000
+"""The most JSON objects and arrays a review may hold. Decoded, each costs ~60-100 bytes of
+memory however few bytes it takes in JSON (``{}`` is two), so a review of a few MiB of empty
+objects would take hundreds of MiB; half a million containers cost at most ~50 MiB. Real
+objects (within the API server's 3 MiB) hold far fewer: even a list of 100,000 small items is
+a fifth of this."""
+
 
 def decode_review(payload: bytes | Mapping[str, Any]) -> AdmissionReview:
     """Decode a review from the raw JSON body (or an already decoded mapping).
@@ -85,6 +92,15 @@ def decode_review(payload: bytes | Mapping[str, Any]) -> AdmissionReview:
     Raises :class:`ReviewDecodeError` with a short explanation for broken JSON, a wrong shape,
     or a review version other than :data:`API_VERSIONS`.
     """
+    if isinstance(payload, bytes | bytearray) and len(payload) > MAX_CONTAINERS:
+        # Braces inside strings count too: an overestimate, never an underestimate. Counting
+        # runs at memory speed, well before any decoding.
+        containers = payload.count(b"{") + payload.count(b"[")
+        if containers > MAX_CONTAINERS:
+            raise ReviewDecodeError(
+                f"The review holds too many JSON objects and arrays to decode: {containers} "
+                f"opening braces and brackets, over {MAX_CONTAINERS}."
+            )
     try:
         if isinstance(payload, bytes | bytearray | memoryview):
             review = _REVIEW_DECODER.decode(payload)

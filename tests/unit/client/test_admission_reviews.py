@@ -8,7 +8,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from trioperator._wire.admission import ReviewDecodeError, build_response, decode_review
+from trioperator._wire.admission import (
+    MAX_CONTAINERS,
+    ReviewDecodeError,
+    build_response,
+    decode_review,
+)
 
 
 def review(api_version: str = "admission.k8s.io/v1", **request: Any) -> dict[str, Any]:
@@ -118,3 +123,31 @@ def test_a_patch_is_base64_json_with_its_type() -> None:
     assert response["response"]["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(response["response"]["patch"])) == ops
     msgspec.json.encode(response)  # everything in it is JSON-ready
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}", id="nested-100k"),
+        pytest.param(json.dumps(review()).encode().replace(b'"value"', b'"\xff\xfe"'), id="utf8"),
+    ],
+)
+def test_broken_input_is_a_decode_error_not_a_crash(payload: bytes) -> None:
+    with pytest.raises(ReviewDecodeError, match="not valid JSON"):
+        decode_review(payload)
+
+
+def test_a_review_of_too_many_objects_is_refused_before_decoding() -> None:
+    dense = review(object={"apiVersion": "kopf.dev/v1", "kind": "KopfExample", "spec": {}})
+    dense["request"]["object"]["spec"]["items"] = [{}] * (MAX_CONTAINERS + 1)
+    with pytest.raises(ReviewDecodeError, match="too many JSON objects and arrays"):
+        decode_review(json.dumps(dense, separators=(",", ":")).encode())
+
+
+def test_a_large_review_of_few_objects_decodes() -> None:
+    # Many bytes, few containers: a long string (e.g. a ConfigMap's data) is fine.
+    large = review()
+    large["request"]["object"]["spec"]["field"] = "x" * (4 * MAX_CONTAINERS)
+    decoded = decode_review(json.dumps(large).encode())
+    assert decoded.request.object is not None
+    assert len(decoded.request.object["spec"]["field"]) == 4 * MAX_CONTAINERS
