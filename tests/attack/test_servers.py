@@ -217,6 +217,22 @@ async def test_at_the_cap_the_longest_waiting_connections_make_room_for_new_ones
     assert notes[0].exc_info is None
 
 
+async def test_kept_alive_connections_go_after_those_that_never_sent_a_request() -> None:
+    cap = LIMITS.max_connections or 0
+    async with serving() as served:
+        with clients(served.port, 1) as (kept,):
+            kept.sendall(GET)  # like the API server: a review, then the connection kept alive
+            await settle()
+            assert status_of(state(kept)) == 200
+            with clients(served.port, cap + 10) as crowd:
+                await settle()
+                assert state(kept) is None  # still open: the crowd made room among itself
+                assert [state(sock) for sock in crowd].count(b"") == 11
+                kept.sendall(GET)
+                await settle()
+                assert status_of(state(kept)) == 200
+
+
 async def test_silent_tls_connections_make_room_for_a_real_client_too() -> None:
     ca = trustme.CA()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

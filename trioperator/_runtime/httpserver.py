@@ -240,8 +240,10 @@ class _Slots:
 
     When the listener is full, the one that has waited longest is closed to make room for the
     newcomer: a crowd of idle or slow connections cannot lock out the kubelet's probe or the
-    API server, whose requests follow their connections at once. Only connections that are
-    busy with requests (bodies, handlers, answers) count as full; then newcomers are refused.
+    API server, whose requests follow their connections at once. Connections that have served a
+    request (the API server's kept-alive ones, between reviews) go only after those that never
+    did. Only connections that are busy with requests (bodies, handlers, answers) count as
+    full; then newcomers are refused.
     """
 
     def __init__(self, cap: int | None) -> None:
@@ -255,11 +257,12 @@ class _Slots:
         was closed for it), or ``None`` (it must be refused)."""
         if self.cap is None or self.active - self.evicting < self.cap:
             return "free"
-        for scope in self.waiting.values():
-            if not scope.cancel_called:
-                scope.cancel()
-                self.evicting += 1
-                return "evicted"
+        for proven in (False, True):
+            for conn, scope in self.waiting.items():
+                if conn.served == proven and not scope.cancel_called:
+                    scope.cancel()
+                    self.evicting += 1
+                    return "evicted"
         return None
 
 
@@ -374,6 +377,7 @@ class _Connection:
         self.peer: Any = None
         self.handshaken = False
         self.tiny_reads = 0
+        self.served = False  # a request was answered on this connection
 
     async def serve_request(self) -> bool:
         """Read, handle and answer one request; whether the connection may serve another."""
@@ -418,6 +422,7 @@ class _Connection:
             # The body's share of the budget is held until the answer is sent: the handler's
             # decoded copy of it lives that long.
             keep_going = await self.respond(response)
+            self.served = True
         finally:
             self.server.budget.give(taken)
         return keep_going and self.h11.our_state is not h11.MUST_CLOSE
