@@ -142,8 +142,8 @@ def networking() -> NetworkingSettings:
 @pytest.fixture
 async def api(server: HostileServer, networking: NetworkingSettings) -> AsyncIterator[APIClient]:
     vault = Vault({"default": ConnectionInfo(server=server.url)})
-    # Every draw 0.5: each backoff is half its step (full jitter, known in advance).
-    async with APIClient(vault, networking, rng=Scripted(0.5)) as client:
+    # Every draw 0: each backoff is its step exactly (the least jitter allows, known in advance).
+    async with APIClient(vault, networking, rng=Scripted(0.0)) as client:
         yield client
 
 
@@ -512,14 +512,14 @@ async def test_the_watcher_retries_a_redirected_list_and_watches_only_after_a_re
     assert shapes(items) == [(None, "a"), LISTED, ("ADDED", "b")]
     kinds = [(r.is_watch, r.query.get("resourceVersion")) for r in server.requests]
     assert kinds == [(False, None), (False, None), (False, None), (True, "100")]
-    # Retried after a backoff (steps 2 and 4 of the ramp, each drawn at half by the jitter).
-    assert gaps(server.requests[:3]) == [1.0, 2.0]
+    # Retried after a backoff (steps 2 and 4 of the ramp, each drawn at its least).
+    assert gaps(server.requests[:3]) == [2.0, 4.0]
     messages = errors(caplog)
     assert len(messages) == 2
     assert messages[0].startswith("The listing of ")
-    assert "failed (#1 in a row); retrying in 1 seconds: HTTP 302" in messages[0]
+    assert "failed (#1 in a row); retrying in 2 seconds: HTTP 302" in messages[0]
     assert "Location 'http://127.0.0.1:1/login'" in messages[0]
-    assert "(#2 in a row); retrying in 2 seconds" in messages[1]
+    assert "(#2 in a row); retrying in 4 seconds" in messages[1]
 
 
 # ------------------------------------------------------------------ the watcher stays up
@@ -547,7 +547,7 @@ async def test_the_watcher_survives_a_list_that_is_not_json(
     messages = errors(caplog)
     assert "is not valid JSON" in messages[0]
     assert "is not a listing" in messages[1]
-    assert gaps(server.requests[:3]) == [1.0, 2.0]
+    assert gaps(server.requests[:3]) == [2.0, 4.0]
 
 
 async def test_the_watcher_survives_a_gzip_bomb_for_a_list(
@@ -596,7 +596,7 @@ async def test_a_page_over_the_cap_whatever_its_size_is_an_error_and_a_retry(
     assert items == [LISTED]
     limits = [r.query.get("limit") for r in server.requests[:10]]
     assert limits == ["500", "250", "125", "62", "31", "15", "7", "3", "1", "500"]
-    assert gaps(server.requests[8:10]) == [1.0]  # then a backoff before listing again
+    assert gaps(server.requests[8:10]) == [2.0]  # then a backoff before listing again
     assert f"exceeds the limit of {CAP} bytes" in errors(caplog)[0]
 
 
@@ -628,7 +628,7 @@ async def test_an_overlong_watch_line_reconnects_from_the_last_version_after_a_b
     assert shapes(items) == [LISTED, ("ADDED", "a"), ("ADDED", "a"), ("MODIFIED", "a")]
     watches = server.requests[1:]
     assert [r.query.get("resourceVersion") for r in watches] == ["100", "101", "101"]
-    assert gaps(watches) == [1.0, 2.0]
+    assert gaps(watches) == [2.0, 4.0]
     messages = errors(caplog)
     assert messages[0].startswith("The watch-stream of ")
     assert f"a line exceeds {CAP} bytes" in messages[0]
@@ -644,13 +644,13 @@ async def test_an_overlong_watch_line_reconnects_from_the_last_version_after_a_b
         ("1e9", 60.0),  # capped at max_retry_after (60 s by default)
         ("99999999999999999999", 60.0),
         ("7", 7.0),
-        ("inf", 1.0),  # garbage: the backoff alone (its step 2, drawn at half)
-        ("nan", 1.0),
-        ("-5", 1.0),
-        ("soon", 1.0),
+        ("inf", 2.0),  # garbage: the backoff alone (its step 2)
+        ("nan", 2.0),
+        ("-5", 2.0),
+        ("soon", 2.0),
         ("Fri, 02 Jan 2015 00:00:00 GMT", 60.0),  # a day after the Date below: capped
         ("Thu, 01 Jan 2015 00:00:09 GMT", 9.0),  # 9 s after the response's own Date
-        ("Wed, 31 Dec 2014 00:00:00 GMT", 1.0),  # in the past: the backoff alone
+        ("Wed, 31 Dec 2014 00:00:00 GMT", 2.0),  # in the past: the backoff alone
     ],
 )
 async def test_retry_after_is_honoured_up_to_its_cap(
@@ -701,7 +701,7 @@ async def test_a_throttled_watcher_waits_at_most_the_capped_retry_after(
 
 
 def seeded_delays(seeds: range, step: float) -> list[float]:
-    return [round(step * (1 - random.Random(seed).random()), 6) for seed in seeds]
+    return [round(step * (1 + 0.5 * random.Random(seed).random()), 6) for seed in seeds]
 
 
 async def test_jitter_spreads_the_retries_of_many_clients(
@@ -726,8 +726,8 @@ async def test_jitter_spreads_the_retries_of_many_clients(
     retries = sorted(round(r.time - start, 6) for r in server.requests[len(clients) :])
     assert retries == sorted(seeded_delays(clients, 4.0))
     assert len(set(retries)) == len(clients)  # no two in lock-step
-    assert max(retries) - min(retries) > 2.0  # spread over most of the 4-second step
-    assert all(0 <= delay < 4.0 for delay in retries)
+    assert max(retries) - min(retries) > 1.0  # spread over most of the 2 seconds added
+    assert all(4.0 <= delay < 6.0 for delay in retries)  # never sooner than the step
 
 
 async def test_without_jitter_the_retries_are_in_lock_step(
@@ -755,13 +755,13 @@ async def test_the_watchers_backoff_grows_with_failures_in_a_row_and_keeps_its_l
     api: APIClient,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api.rng = Scripted(0.0, 0.9)  # the full step, then a tenth of it, in turn
+    api.rng = Scripted(0.0, 0.8)  # the step, then 1.4 times it, in turn
     server.script.extend([answer_redirect("http://127.0.0.1:1/")] * 5)
     server.script.append(answer_json(listing("100")))
     items = await run_watch(api, seconds=1000)
     assert items == [LISTED]
-    # Steps 2, 4, 8, 8, 8 (the ramp, its last step repeating), drawn at 1 and 0.1 in turn.
-    assert gaps(server.requests[:6]) == [2.0, 0.4, 8.0, 0.8, 8.0]
+    # Steps 2, 4, 8, 8, 8 (the ramp, its last step repeating), drawn at 1 and 1.4 in turn.
+    assert gaps(server.requests[:6]) == pytest.approx([2.0, 5.6, 8.0, 11.2, 8.0])
     assert len(errors(caplog)) == 5
 
 
@@ -778,10 +778,10 @@ async def test_many_failures_in_a_row_never_escalate(
     server.script.append(redirect_for_ever)
     items = await run_watch(api, seconds=600)
     assert items == []
-    # Steps of at most 8 s, drawn at half: an attempt every 4 s (after 1 and 2), not a tight
-    # loop, and never an escalation (that would have ended run_watch with it).
-    assert 145 <= len(server.requests) <= 155
-    assert set(gaps(server.requests[3:])) == {4.0}
+    # Steps of at most 8 s: an attempt every 8 s (after 2 and 4), not a tight loop, and never
+    # an escalation (that would have ended run_watch with it).
+    assert 70 <= len(server.requests) <= 80
+    assert set(gaps(server.requests[3:])) == {8.0}
 
 
 def test_the_settings_refuse_nonsense() -> None:
@@ -794,7 +794,7 @@ def test_the_settings_refuse_nonsense() -> None:
         settings.backoff_jitter = 1.5
     assert settings.max_response_size == 64 * 1024 * 1024
     assert settings.max_retry_after == 60
-    assert settings.backoff_jitter == 1
+    assert settings.backoff_jitter == 0.5
 
 
 def test_zlib_bomb_fixture_is_a_bomb() -> None:

@@ -3,13 +3,16 @@
 Every retry of the client (the attempts of one request, see ``api.py``) and of the watchers (a
 listing or a watch that failed, see ``watching.py``) sleeps for a step of a ramp (by default
 Kopf's ``error_backoffs``: 1, 1, 2, 3, 5, 8, 13, 21 seconds, a Fibonacci ramp that grows about
-1.6 times per step, i.e. exponentially up to its last step), with **full jitter**: the sleep is
-drawn uniformly from ``(1 - jitter) * step`` up to the step, ``jitter`` being
-``settings.networking.backoff_jitter`` (1 by default, so from 0 up to the step). Without it,
+1.6 times per step, i.e. exponentially up to its last step), **stretched by jitter**: the sleep
+is drawn uniformly from the step up to ``(1 + jitter) * step``, ``jitter`` being
+``settings.networking.backoff_jitter`` (0.5 by default: up to half a step longer). Without it,
 the many workers and watchers that failed together (an API server restart, a proxy hiccup)
 would all come back at the same instants, again and again; drawn independently, they spread
-over each step. Full rather than decorrelated jitter: the configured ramp stays the upper bound
-of every sleep, so the settings still say how long a retry can take at most.
+over each step. The ramp stays the lower bound of every sleep: a request is retried for at
+least as long as the settings say (Kopf's ramp rides out an API server restart of up to ~54 s,
+and so does ours). Jitter that may shorten the sleeps ("full jitter", from 0 up to the step)
+halves that on average, and was measured to give up during an API server restart in the chaos
+tier.
 
 A server's ``Retry-After`` is untrusted: it is capped (``max_retry_after``) before anything
 sleeps on it.
@@ -43,10 +46,10 @@ def default_random() -> random.Random:
 
 
 def jittered(step: float, jitter: float, rng: RandomSource) -> float:
-    """A sleep for a backoff ``step``: uniform between ``(1 - jitter) * step`` and ``step``."""
+    """A sleep for a backoff ``step``: uniform between ``step`` and ``(1 + jitter) * step``."""
     if step <= 0 or jitter <= 0:
         return max(step, 0.0)
-    return step * (1.0 - jitter * rng.random())
+    return step * (1.0 + jitter * rng.random())
 
 
 def nth_backoff(value: float | Iterable[float], n: int) -> float | None:

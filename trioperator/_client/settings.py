@@ -42,12 +42,13 @@ class NetworkingSettings:
     """The longest wait a server's ``Retry-After`` (or ``retryAfterSeconds``) can impose, in
     seconds: longer ones are cut to this. The value is the server's, hence untrusted."""
 
-    backoff_jitter: float = 1.0
-    """How much of every backoff is random, from 0 to 1: each sleep is drawn uniformly between
-    ``(1 - backoff_jitter) * step`` and the step of the ramp. 1 (the default) is "full jitter":
-    many clients (the watchers and workers of one operator, or the replicas of several) that
-    failed at once retry spread over the whole step instead of in lock-step. 0 sleeps exactly
-    the steps, as Kopf does. Applies to ``error_backoffs`` and to the watchers' retries."""
+    backoff_jitter: float = 0.5
+    """How much longer than its step of the ramp a backoff may be, from 0 to 1: each sleep is
+    drawn uniformly between the step and ``(1 + backoff_jitter) * step``. Many clients (the
+    watchers and workers of one operator, or the replicas of several) that failed at once then
+    retry spread over half a step (by default) instead of in lock-step, and never sooner than
+    the ramp says (so they ride out as long an outage as Kopf's). 0 sleeps exactly the steps,
+    as Kopf does. Applies to ``error_backoffs`` and to the watchers' retries."""
 
     max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE
     """The largest response body accepted, in bytes, as received and once decompressed (a

@@ -1,4 +1,4 @@
-"""The backoff arithmetic: steps of a ramp, full jitter, the cap of a server's Retry-After."""
+"""The backoff arithmetic: steps of a ramp stretched by jitter, a server's Retry-After capped."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ class Draws:
 @pytest.mark.parametrize(
     ("draw", "jitter", "expected"),
     [
-        (0.0, 1.0, 8.0),  # full jitter: from the whole step...
-        (0.5, 1.0, 4.0),
-        (0.999, 1.0, 0.008),  # ...down to (almost) nothing
-        (0.5, 0.25, 7.0),  # a quarter of the step is random: 6 to 8 seconds
+        (0.0, 1.0, 8.0),  # never shorter than the step...
+        (0.5, 1.0, 12.0),
+        (0.999, 1.0, 15.992),  # ...up to (almost) twice it
+        (0.5, 0.25, 9.0),  # a quarter of the step is random: 8 to 10 seconds
         (0.9, 0.0, 8.0),  # no jitter: the step itself
     ],
 )
-def test_jittered_is_uniform_below_the_step(draw: float, jitter: float, expected: float) -> None:
+def test_jittered_is_uniform_above_the_step(draw: float, jitter: float, expected: float) -> None:
     assert jittered(8.0, jitter, Draws(draw)) == pytest.approx(expected)
 
 
@@ -38,12 +38,13 @@ def test_jittered_draws_nothing_when_it_needs_nothing() -> None:
     assert jittered(-1.0, 1.0, Draws()) == 0.0
 
 
-def test_jittered_sleeps_spread_over_the_step() -> None:
+def test_jittered_sleeps_spread_over_half_a_step_by_default() -> None:
     rng = random.Random(2026)
-    sleeps = [jittered(10.0, 1.0, rng) for _ in range(1000)]
-    assert all(0 < sleep <= 10.0 for sleep in sleeps)
-    assert min(sleeps) < 0.5 and max(sleeps) > 9.5  # noqa: PT018 -- the two ends of one range
-    assert 4.5 < sum(sleeps) / len(sleeps) < 5.5
+    sleeps = [jittered(10.0, 0.5, rng) for _ in range(1000)]
+    assert all(10.0 <= sleep < 15.0 for sleep in sleeps)  # never sooner than the ramp says
+    assert min(sleeps) < 10.5
+    assert max(sleeps) > 14.5
+    assert 12.0 < sum(sleeps) / len(sleeps) < 13.0
 
 
 def test_nth_backoff_takes_the_ramp_and_repeats_its_last_step() -> None:
