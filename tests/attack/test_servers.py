@@ -43,14 +43,12 @@ class Served:
     port: int
     requests: list[Request] = dataclasses.field(default_factory=list)
     in_handler: int = 0
-    most_in_handler: int = 0
     release: trio.Event | None = None
     """When set, handlers wait for it: requests stay in flight."""
 
     async def handle(self, request: Request) -> Response:
         self.requests.append(request)
         self.in_handler += 1
-        self.most_in_handler = max(self.most_in_handler, self.in_handler)
         try:
             if self.release is not None:
                 await self.release.wait()
