@@ -3,6 +3,7 @@
 This is the curated public surface; everything under ``trioperator._*`` is internal.
 """
 
+from trioperator import conditions as conditions
 from trioperator import lifecycles as lifecycles
 from trioperator import on as on
 from trioperator._client.config import login_with_kubeconfig as login_with_kubeconfig
@@ -62,6 +63,9 @@ from trioperator._engine.progress import ProgressStorage as ProgressStorage
 from trioperator._engine.progress import SmartProgressStorage as SmartProgressStorage
 from trioperator._engine.progress import StatusProgressStorage as StatusProgressStorage
 from trioperator._engine.reasons import Reason as Reason
+from trioperator._engine.reconciling import ObjectKey as ObjectKey
+from trioperator._engine.reconciling import Requeue as Requeue
+from trioperator._engine.reconciling import generation_changed as generation_changed
 from trioperator._engine.references import ObjectReference as ObjectReference
 from trioperator._engine.references import OwnerReference as OwnerReference
 from trioperator._engine.references import build_object_reference as build_object_reference
@@ -157,6 +161,7 @@ __all__ = [
     "MissingDependencyError",
     "MultiDiffBaseStorage",
     "MultiProgressStorage",
+    "ObjectKey",
     "ObjectLogger",
     "ObjectReference",
     "Operation",
@@ -174,6 +179,7 @@ __all__ = [
     "RawEvent",
     "RawEventType",
     "Reason",
+    "Requeue",
     "Resource",
     "SSLPeer",
     "SmartProgressStorage",
@@ -211,6 +217,7 @@ __all__ = [
     "event",
     "exception",
     "execute",
+    "generation_changed",
     "get_default_lifecycle",
     "get_default_registry",
     "harmonize_naming",

@@ -20,7 +20,7 @@ spelled out in full for IDEs and type checkers; the shared work lives in the hel
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from trioperator._client.resources import Resource
@@ -35,6 +35,8 @@ from trioperator._engine.handlers import (
     DaemonHandler,
     DelayFn,
     IndexingHandler,
+    ReconcilingHandler,
+    RelayingHandler,
     TimerHandler,
     WatchingHandler,
     WebhookHandler,
@@ -69,6 +71,7 @@ __all__ = [
     "login",
     "mutate",
     "probe",
+    "reconcile",
     "register",
     "resume",
     "startup",
@@ -799,6 +802,125 @@ def event(
         WatchingHandler, selector=selector, param=param, flavor=check_flavor(flavor), **filters
     )
     return _registering(registry, id=id, field=filters["field"], build=build)
+
+
+ResourceSpec = str | tuple[str, ...] | Selector | Resource
+"""A resource in ``owns=``/``watches=``: ``"configmaps"``, ``("apps", "deployments")``,
+``("apps/v1", "deployments")``, a ``Selector`` or a discovered ``Resource``."""
+
+
+def _selector_of(spec: object, option: str) -> Selector:
+    if isinstance(spec, Selector):
+        return spec
+    if isinstance(spec, Resource):
+        return Selector(group=spec.group, version=spec.version, plural=spec.plural)
+    if isinstance(spec, str):
+        return Selector(spec)
+    if isinstance(spec, tuple) and 1 <= len(spec) <= 3 and all(isinstance(p, str) for p in spec):
+        return Selector(*spec)
+    raise TypeError(
+        f"{option}= takes resources as a name, a tuple of (group[/version], plural), "
+        f"a Selector or a Resource, not {spec!r}."
+    )
+
+
+def reconcile(
+    arg1: ResourceArg = None,
+    arg2: NameArg = None,
+    arg3: NameArg = None,
+    /,
+    *,
+    group: str | None = None,
+    version: str | None = None,
+    kind: str | None = None,
+    plural: str | None = None,
+    singular: str | None = None,
+    shortcut: str | None = None,
+    category: str | None = None,
+    id: str | None = None,
+    param: Any | None = None,
+    timeout: float | None = None,
+    labels: MetaFilter | None = None,
+    annotations: MetaFilter | None = None,
+    when: WhenFilterFn | None = None,
+    owns: Iterable[ResourceSpec] = (),
+    watches: Mapping[ResourceSpec, Callable[..., Any]] | None = None,
+    resync: float | None = None,
+    flavor: Flavor | None = None,
+    registry: OperatorRegistry | None = None,
+) -> Callable[[_FnT], _FnT]:
+    """``@trioperator.on.reconcile()`` (trioperator's own, not Kopf's): level-based handling.
+
+    The handler gets the current state of an object (``body``, ``spec``, ``meta``, ``status``,
+    ``patch``, ``logger``, ..., and ``deleting``) whenever the object changes, an object it
+    ``owns`` (a child whose controller ownerReference points at it) changes or is deleted, a
+    ``watches`` mapper names it, its requeue time comes, or ``resync`` seconds pass. Runs are
+    coalesced per object, one at a time. Returning ``Requeue(after=s)`` (or seconds) runs it
+    again later; an exception retries it with an exponential backoff. ``when`` (e.g.
+    ``generation_changed``) filters the object's own changes only. See docs/reconcile.md.
+    """
+    selector = Selector(
+        arg1, arg2, arg3,
+        group=group, version=version, kind=kind, plural=plural,
+        singular=singular, shortcut=shortcut, category=category,
+    )  # fmt: skip
+    check_common_options(id=id, timeout=timeout)
+    check_seconds("resync", resync, positive=True)
+    filters = _filters(labels=labels, annotations=annotations, when=when, field=None, value=None)
+    if isinstance(owns, (str, Selector, Resource)):
+        owns = [owns]
+    owned = tuple(_selector_of(spec, "owns") for spec in owns)
+    mapped: list[tuple[Selector, Callable[..., Any]]] = []
+    if watches is not None:
+        if not isinstance(watches, Mapping):
+            raise TypeError(f"watches= must map resources to mapper functions, got {watches!r}.")
+        for spec, mapper in watches.items():
+            if not callable(mapper):
+                raise TypeError(f"watches= needs a callable mapper for {spec!r}, got {mapper!r}.")
+            mapped.append((_selector_of(spec, "watches"), mapper))
+    build = functools.partial(
+        ReconcilingHandler,
+        selector=selector,
+        param=param,
+        timeout=timeout,
+        flavor=check_flavor(flavor),
+        owns=owned,
+        watches=tuple(mapped),
+        resync=resync,
+        **filters,
+    )
+    _check_registry(registry)
+
+    def decorator(fn: _FnT) -> _FnT:
+        if not callable(fn):
+            raise TypeError(f"A handler must be callable, got {fn!r}.")
+        real_registry = registry if registry is not None else get_default_registry()
+        handler_id: HandlerId = generate_id(fn, id=id)
+        real_registry.append(build(fn=fn, id=handler_id))
+        # One relay per child resource and mapper: the watchers of those resources turn
+        # their events into requests to reconcile objects of ``selector``.
+        for child in owned:
+            real_registry.append(
+                RelayingHandler(
+                    fn=fn,
+                    id=HandlerId(f"{handler_id}/owns/{child!r}"),
+                    selector=child,
+                    target=selector,
+                    by_owner=True,
+                )
+            )
+        for watched, mapper in mapped:
+            real_registry.append(
+                RelayingHandler(
+                    fn=mapper,
+                    id=HandlerId(f"{handler_id}/watches/{watched!r}"),
+                    selector=watched,
+                    target=selector,
+                )
+            )
+        return fn
+
+    return decorator
 
 
 def index(

@@ -159,6 +159,19 @@ class WatchingCause(ResourceCause):
 
 
 @dataclasses.dataclass(frozen=True)
+class ReconcilingCause(ResourceCause):
+    """The current state of an object, for ``on.reconcile`` handlers (trioperator's own).
+
+    ``deleting``: the object has a deletion timestamp (it waits for finalizers to go).
+    """
+
+    deleting: bool
+
+    def _own_kwargs(self) -> dict[str, Any]:
+        return {**super()._own_kwargs(), "deleting": self.deleting}
+
+
+@dataclasses.dataclass(frozen=True)
 class IndexingCause(ResourceCause):
     """An object to be (re)indexed by ``@index`` handlers."""
 

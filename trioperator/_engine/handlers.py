@@ -36,6 +36,8 @@ from trioperator._engine.selectors import Selector
 
 __all__ = [
     "OPERATIONS",
+    "ReconcilingHandler",
+    "RelayingHandler",
     "Activity",
     "ActivityHandler",
     "BaseHandler",
@@ -211,6 +213,41 @@ class WebhookHandler(ResourceHandler):
     persistent: bool = False
     side_effects: bool = False
     ignore_failures: bool = False
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class ReconcilingHandler(ResourceHandler):
+    """``on.reconcile`` (trioperator's own): the current state of an object, whenever it or
+    what it owns changes; level-based, coalesced per object, no progress kept on the object.
+
+    ``owns``: selectors of child resources whose controller ownerReference enqueues the owner;
+    ``watches``: selectors of other resources with a mapper (body -> keys of objects); ``resync``:
+    every object is run again this often (seconds). No finalizer of its own: a run for an
+    object being deleted is told ``deleting=True``; to hold the deletion until cleanup is done,
+    an ``on.delete`` handler keeps Kopf's finalizer, by Kopf's rules (docs/reconcile.md).
+    """
+
+    _noun: ClassVar[str] = "Reconciler"
+
+    owns: tuple[Selector, ...] = ()
+    watches: tuple[tuple[Selector, Callable[..., Any]], ...] = ()
+    resync: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class RelayingHandler(ResourceHandler):
+    """Internal, registered by ``on.reconcile(owns=..., watches=...)``: events of ``selector``'s
+    objects are turned into requests to reconcile objects of ``target``.
+
+    ``fn`` is the mapper (body -> keys); with ``by_owner`` (``owns=``) it is the reconcile
+    handler's own function, unused: the child's controller ownerReference names the owner.
+    One watch per child resource serves every relay of it.
+    """
+
+    _noun: ClassVar[str] = "Relay"
+
+    target: Selector
+    by_owner: bool = False
 
 
 # ----------------------------------------------------------------------------------------- ids

@@ -27,6 +27,8 @@ from trioperator._engine.handlers import (
     BaseHandler,
     ChangingHandler,
     IndexingHandler,
+    ReconcilingHandler,
+    RelayingHandler,
     ResourceHandler,
     SpawningHandler,
     WatchingHandler,
@@ -62,6 +64,8 @@ _CATEGORIES: tuple[type[BaseHandler], ...] = (
     SpawningHandler,
     IndexingHandler,
     WebhookHandler,
+    ReconcilingHandler,
+    RelayingHandler,
 )
 
 
@@ -244,6 +248,26 @@ class OperatorRegistry:
     def has_indexing_handlers(self, resource: Resource) -> bool:
         return bool(self.get_handlers(IndexingHandler, resource))
 
+    def has_reconciling_handlers(self, resource: Resource) -> bool:
+        return bool(self.get_handlers(ReconcilingHandler, resource))
+
+    def has_relaying_handlers(self, resource: Resource) -> bool:
+        return bool(self.get_handlers(RelayingHandler, resource))
+
+    def is_relayed_only(self, resource: Resource) -> bool:
+        """Whether a resource is watched only to enqueue other objects (a child resource
+        without handlers of its own): its events need no workers."""
+        if not self.has_relaying_handlers(resource):
+            return False
+        kinds: tuple[type[BaseHandler], ...] = (
+            WatchingHandler,
+            ChangingHandler,
+            SpawningHandler,
+            IndexingHandler,
+            ReconcilingHandler,
+        )
+        return not any(self.get_handlers(kind, resource) for kind in kinds)
+
     def get_extra_fields(self, resource: Resource) -> frozenset[FieldPath]:
         """Fields that changing handlers watch: the diff-base must keep them in the essence
         even where it normally ignores a stanza (e.g. ``field='status.phase'``)."""
@@ -310,6 +334,8 @@ class OperatorRegistry:
             spawning=self.get_selectors(SpawningHandler),
             indexing=self.get_selectors(IndexingHandler),
             webhooks=self.get_selectors(WebhookHandler),
+            reconciling=self.get_selectors(ReconcilingHandler),
+            relaying=self.get_selectors(RelayingHandler),
         )
 
     # ------------------------------------------------------------------------ filtered queries

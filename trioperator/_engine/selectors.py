@@ -320,11 +320,16 @@ class ServedResources:
     spawning: frozenset[Resource] = frozenset()
     indexing: frozenset[Resource] = frozenset()
     webhooks: frozenset[Resource] = frozenset()
+    reconciling: frozenset[Resource] = frozenset()
+    """Resources of ``on.reconcile`` handlers (trioperator's own)."""
+    relaying: frozenset[Resource] = frozenset()
+    """Resources owned or watched by reconcile handlers: their events enqueue other objects."""
     warnings: tuple[str, ...] = ()
 
     @property
     def watched(self) -> frozenset[Resource]:
-        return self.watching | self.changing | self.spawning | self.indexing
+        watched = self.watching | self.changing | self.spawning | self.indexing
+        return watched | self.reconciling | self.relaying
 
 
 def _names(resources: Iterable[Resource]) -> str:
@@ -357,6 +362,8 @@ def resolve_resources(
     spawning: Iterable[Selector] = (),
     indexing: Iterable[Selector] = (),
     webhooks: Iterable[Selector] = (),
+    reconciling: Iterable[Selector] = (),
+    relaying: Iterable[Selector] = (),
 ) -> ServedResources:
     """Resolve the selectors of each handler kind against the discovered resources.
 
@@ -370,6 +377,8 @@ def resolve_resources(
         "spawning": list(spawning),
         "indexing": list(indexing),
         "webhooks": list(webhooks),
+        "reconciling": list(reconciling),
+        "relaying": list(relaying),
     }
     warnings: list[str] = []
 
@@ -395,17 +404,18 @@ def resolve_resources(
         return {"list", "watch"} <= resource.verbs
 
     needs_stream = selected["watching"] | selected["changing"] | selected["spawning"]
-    needs_stream |= selected["indexing"]
+    needs_stream |= selected["indexing"] | selected["reconciling"] | selected["relaying"]
     unwatchable = {resource for resource in needs_stream if not watchable(resource)}
     if unwatchable:
         warnings.append(f"Non-watchable resources will not be served: {_names(unwatchable)}")
 
-    needs_patch = (selected["changing"] | selected["spawning"]) - unwatchable
+    needs_patch = selected["changing"] | selected["spawning"] | selected["reconciling"]
+    needs_patch -= unwatchable
     unpatchable = {resource for resource in needs_patch if "patch" not in resource.verbs}
     if unpatchable:
         warnings.append(
             f"Non-patchable resources will not be served by resource-changing handlers, "
-            f"daemons, or timers: {_names(unpatchable)}"
+            f"daemons, timers, or reconcilers: {_names(unpatchable)}"
         )
 
     return ServedResources(
@@ -414,5 +424,7 @@ def resolve_resources(
         spawning=frozenset(selected["spawning"] - unwatchable - unpatchable),
         indexing=frozenset(selected["indexing"] - unwatchable),
         webhooks=frozenset(selected["webhooks"]),
+        reconciling=frozenset(selected["reconciling"] - unwatchable - unpatchable),
+        relaying=frozenset(selected["relaying"] - unwatchable),
         warnings=tuple(warnings),
     )

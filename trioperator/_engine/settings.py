@@ -27,6 +27,7 @@ __all__ = [
     "PostingSettings",
     "ProcessSettings",
     "QueueingSettings",
+    "ReconcilingSettings",
     "ScanningSettings",
     "ServingSettings",
     "ShardingSettings",
@@ -290,6 +291,21 @@ class PersistenceSettings:
 
 
 @dataclasses.dataclass
+class ReconcilingSettings:
+    """``on.reconcile`` handlers (trioperator's own group, not Kopf's)."""
+
+    observed_generation: bool = False
+    """After a successful reconcile run, write ``status.observedGeneration`` (the
+    ``metadata.generation`` the run saw), as the Kubernetes API conventions describe."""
+
+    backoff: float = 1.0
+    """Seconds before retrying an object whose reconcile failed; doubled per failure in a row."""
+
+    backoff_max: float = 300.0
+    """The longest backoff between retries of one object."""
+
+
+@dataclasses.dataclass
 class OperatorSettings:
     """Everything configurable in an operator, grouped as in Kopf."""
 
@@ -306,6 +322,7 @@ class OperatorSettings:
     persistence: PersistenceSettings = dataclasses.field(default_factory=PersistenceSettings)
     sharding: ShardingSettings = dataclasses.field(default_factory=ShardingSettings)
     serving: ServingSettings = dataclasses.field(default_factory=ServingSettings)
+    reconciling: ReconcilingSettings = dataclasses.field(default_factory=ReconcilingSettings)
 
     @property
     def batching(self) -> QueueingSettings:

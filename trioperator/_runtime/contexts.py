@@ -21,6 +21,7 @@ from trioperator._runtime.gates import IndexingReadiness, OperatorPause
 from trioperator._runtime.mailboxes import Backlog, Mailbox, QueueStats
 from trioperator._runtime.memories import Memories
 from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._runtime.reconcile_state import ReconcileHub, Reconciler
 from trioperator._runtime.sharding import Shard
 from trioperator._runtime.waiting import wait_any
 from trioperator._util import clock
@@ -54,6 +55,9 @@ class OperatorContext:
     """What the watchers' per-object mailboxes hold, all watchers together (see mailboxes.py)."""
     shard: Shard | None = None
     """This replica's share of the objects when sharded (see sharding.py); ``None``: all."""
+    reconcilers: ReconcileHub = dataclasses.field(default_factory=ReconcileHub)
+    """The running reconcilers (``on.reconcile``), for the watchers of children to enqueue
+    their owners (see reconciling.py)."""
 
     def __post_init__(self) -> None:
         # Every declared index exists from the start, empty, so handlers can rely on it.
@@ -90,6 +94,9 @@ class ResourceContext:
     """The mailboxes of the running workers by object key (the watcher's routing table)."""
     incoming: trio.MemoryReceiveChannel[WatchItem] | None = None
     """The watch stream's buffer, read by the router (for the queue depth in the metrics)."""
+    reconciler: Reconciler | None = None
+    """Reconcile requests and bodies of this watcher's objects, if the resource has
+    ``on.reconcile`` handlers (set by the watcher while it runs)."""
     workers_busy: int = 0
     """Workers processing their object now, not waiting for events or delays (metrics)."""
     backlog: Backlog = dataclasses.field(init=False)

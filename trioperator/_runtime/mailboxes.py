@@ -184,6 +184,7 @@ class Mailbox:
         "_queued_ticket",
         "_versions",
         "_woken",
+        "idling",
         "parked_until",
         "revive",
         "ticket",
@@ -201,6 +202,9 @@ class Mailbox:
         self._woken = False
         self._awaited: str | None = None
         self._arrived: trio.Event | None = None  # while the worker waits in wait()
+        self.idling = False
+        """While the worker waits with nothing to do but new events: a reconcile request
+        (see reconciling.py) may wake it up then, and only then."""
         # When the queued work arrived (see _util/ordering.py): a ticket is taken as an event
         # lands in an empty mailbox and kept while newer events join or replace it.
         self._queued_ticket = 0

@@ -37,6 +37,7 @@ import trio
 
 from trioperator._client.watching import LISTED, WatchItem, stream_events
 from trioperator._engine.bodies import RawEvent
+from trioperator._engine.handlers import ReconcilingHandler, RelayingHandler
 from trioperator._engine.stoppers import DaemonStoppingReason
 from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemon_keeper import DaemonsKeeper
@@ -46,6 +47,8 @@ from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.metrics import WatchCounts
+from trioperator._runtime.reconcile_state import Reconciler
+from trioperator._runtime.reconciling import observe, relay, run_timers
 from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.workers import run_worker
 from trioperator._util.lognames import framework_logger
@@ -110,6 +113,12 @@ async def run_watcher(
             daemons=lambda: ctx.daemons,
         )
 
+    reconciling = ctx.registry.get_handlers(ReconcilingHandler, ctx.resource)
+    reconciler = None
+    if reconciling:
+        reconciler = ctx.reconciler = Reconciler(ctx.resource, ctx.namespace, reconciling)
+        ctx.operator.reconcilers.add(reconciler)
+
     try:
         async with trio.open_nursery() as background:
             keeper = ctx.daemons = new_keeper(ctx, background)
@@ -123,6 +132,13 @@ async def run_watcher(
                         )
                         idle = IdleWorkers()
                         streaming.start_soon(idle.run, name="idle workers' retirer")
+                        if reconciler is not None:
+                            reconciler.wake = partial(
+                                _wake_for_reconcile, ctx, streams, workers, idle
+                            )
+                            streaming.start_soon(
+                                run_timers, reconciler, name=f"reconcile timers {ctx.resource}"
+                            )
                         started = _StartedOnce(task_status)
                         streaming.start_soon(
                             _stream_unless_paused,
@@ -161,6 +177,10 @@ async def run_watcher(
                 keeper.close(DaemonStoppingReason.OPERATOR_EXITING)
                 relay.cancel()
     finally:
+        if reconciler is not None:
+            reconciler.wake = lambda uid: None
+            ctx.operator.reconcilers.remove(reconciler)
+            ctx.reconciler = None
         if share is not None:
             share.shard.leave(share)
         if gate is not None:
@@ -264,6 +284,10 @@ async def _route(
     started = False
     indexed = ctx.registry.has_indexing_handlers(ctx.resource)
     listed: set[str] = set()  # the objects of the current listing (initial, or after a 410)
+    # trioperator's own reconcile handlers: nothing of it runs per event when none is declared.
+    reconciler = ctx.reconciler
+    relays = ctx.registry.get_handlers(RelayingHandler, ctx.resource)
+    relayed_only = ctx.registry.is_relayed_only(ctx.resource)
     async with receive_events:
         in_a_row = 0
         while True:
@@ -306,6 +330,12 @@ async def _route(
                 continue  # another replica's object (sharding): not even indexed here
             if event["type"] is None:
                 listed.add(key)
+            if relays:
+                await relay(ctx, relays, event)
+                if relayed_only:
+                    continue  # a child resource only: no workers for its objects
+            if reconciler is not None:
+                observe(ctx, reconciler, key, event)
             if indexed:
                 memory = ctx.memories.recall(
                     key, noticed_by_listing=listing and event["type"] is None
@@ -379,6 +409,9 @@ class _Worker:
         mailbox = self.mailbox
         if len(mailbox):
             return False
+        reconciler = self.ctx.reconciler
+        if reconciler is not None and reconciler.coalescer.is_queued(self.key):
+            return False  # a reconcile run is wanted (see reconciling.py)
         if self.streams.get(self.key) is mailbox:
             del self.streams[self.key]
         mailbox.close()
@@ -403,6 +436,31 @@ class _Worker:
         return True
 
 
+def _wake_for_reconcile(
+    ctx: ResourceContext,
+    streams: dict[str, Mailbox],
+    workers: trio.Nursery,
+    idle: IdleWorkers,
+    key: str,
+) -> None:
+    """Make sure the worker of ``key`` runs, for a reconcile request (see reconciling.py):
+    a new one if it has retired, a parked one revived, an idle one woken up. A busy worker
+    gets to the request when it is done with what it does."""
+    if ctx.is_stopping:
+        return
+    mailbox = streams.get(key)
+    if mailbox is None:
+        memory = ctx.memories.recall(key)
+        keep_all = ctx.registry.has_watching_handlers(ctx.resource)
+        mailbox = Mailbox(ctx.backlog, keep_all=keep_all)
+        streams[key] = mailbox
+        _Worker(ctx, key, mailbox, memory, streams, workers, idle).start()
+    elif mailbox.revive is not None:
+        IdleWorkers.unpark(mailbox)
+    elif mailbox.idling:
+        mailbox.wake()
+
+
 def _forget_unlisted(
     ctx: ResourceContext,
     listed: set[str],
@@ -413,6 +471,9 @@ def _forget_unlisted(
     They were deleted while the watch-stream was down (e.g. before a 410 re-listing), so their
     DELETED events never came: their index values go, their daemons stop.
     """
+    if ctx.reconciler is not None:
+        for key in [key for key in ctx.reconciler.bodies if key not in listed]:
+            ctx.reconciler.forget(key)
     for key in ctx.memories:
         if key in listed:
             continue

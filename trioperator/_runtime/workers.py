@@ -35,6 +35,7 @@ from trioperator._runtime.processing import (
     process_events,
     touch,
 )
+from trioperator._runtime.reconciling import reconcile_object
 from trioperator._runtime.waiting import first_of
 from trioperator._util.lognames import framework_logger
 from trioperator._util.ordering import OrderedSlots, current_ticket
@@ -181,6 +182,18 @@ async def _serve_busy(
         if latest is None and not pending:
             if not open_:
                 return False
+            reconciler = ctx.reconciler
+            if reconciler is not None and reconciler.coalescer.is_queued(key):
+                # Kopf's handlers are done with the object: its reconcile run (trioperator's
+                # own kind) sees the newest known state.
+                body_now = reconciler.bodies.get(key)
+                if objlogger is None and body_now is not None:
+                    objlogger = ObjectLogger(body_now)
+                if objlogger is not None:
+                    await reconcile_object(ctx, reconciler, key, memory, objlogger)
+                else:
+                    reconciler.coalescer.forget(key)
+                continue
             # Idle: nothing of the object is needed any more unless it is being deleted (its
             # last state is seen again when a daemon that holds it ends). Dropping the rest now
             # frees the bodies of a listing of many objects as they are handled, rather than
@@ -214,9 +227,13 @@ async def _serve_busy(
                 and park()
             ):
                 return True
-            open_ = await _wait(
-                ctx, mailbox, pending, settings.queueing.idle_timeout, wake, awaited
-            )
+            mailbox.idling = True
+            try:
+                open_ = await _wait(
+                    ctx, mailbox, pending, settings.queueing.idle_timeout, wake, awaited
+                )
+            finally:
+                mailbox.idling = False
             if not pending:
                 open_ = mailbox.drain(pending) and open_
                 if not pending and wake is not None and wake.is_set() and open_:
