@@ -132,21 +132,22 @@ def merge_condition(
         if found:
             continue  # a duplicate of the type (invalid by the conventions): dropped
         found = True
-        result.append(_updated(old, text, reason, message, observed_generation, now))
+        result.append(_updated(old, type, text, reason, message, observed_generation, now))
     if not found:
-        result.append(_updated(None, text, reason, message, observed_generation, now))
+        result.append(_updated(None, type, text, reason, message, observed_generation, now))
     return result
 
 
 def _updated(
     old: Mapping[str, Any] | None,
+    type: str,
     status: str,
     reason: str,
     message: str,
     observed_generation: int | None,
     now: datetime.datetime | None,
 ) -> dict[str, Any]:
-    new: dict[str, Any] = {"type": "", "status": status}
+    new: dict[str, Any] = {"type": type, "status": status}
     if old is not None:
         new.update(old)
     if old is None or old.get("status") != status or not old.get("lastTransitionTime"):

@@ -1,0 +1,294 @@
+"""``on.reconcile`` (trioperator's own handler kind) in a running operator on the fake API.
+
+Children are made by the handler through the operator's own API client (a POST), so what the
+fake API holds is what a user would see; time runs on trio's mock clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trioperator as kopf
+from trioperator._client.errors import APINotFoundError
+from trioperator._client.resources import Resource
+from trioperator._engine.settings import OperatorSettings
+from trioperator._runtime.operator import Operator
+
+CONFIGMAPS = Resource(
+    group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True
+)
+
+
+def _child_of(body: Any) -> dict[str, Any]:
+    child: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{body['metadata']['name']}-cm"},
+        "data": {"field": body["spec"]["field"]},
+    }
+    kopf.adopt(child, owner=body)  # the controller ownerReference
+    return child
+
+
+async def _ensure_child(operator: Operator, body: Any) -> bool:
+    """Create the owner's ConfigMap if it is missing; True if it was created."""
+    assert operator.api is not None
+    namespace = body["metadata"]["namespace"]
+    try:
+        await operator.api.get(CONFIGMAPS, namespace=namespace, name=f"{body.meta['name']}-cm")
+    except APINotFoundError:
+        await operator.api.create(CONFIGMAPS, namespace=namespace, body=_child_of(body))
+        return True
+    return False
+
+
+@pytest.fixture
+def settings(settings: OperatorSettings) -> OperatorSettings:
+    settings.reconciling.backoff = 2.0
+    settings.reconciling.backoff_max = 16.0
+    return settings
+
+
+async def test_deleted_child_reconciles_its_owner_which_recreates_it(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    operators: list[Operator] = []
+    runs: list[tuple[str, bool]] = []
+
+    @kopf.on.reconcile("kopfexamples", owns=["configmaps"], registry=registry)
+    async def reconcile_fn(body: Any, deleting: bool, **_: Any) -> None:
+        created = await _ensure_child(operators[0], body)
+        runs.append(("created" if created else "present", deleting))
+
+    running = await run_operator()
+    operators.append(running.operator)
+    running.create()
+    has_child = lambda: running.api.has_object("configmaps", "kopf-example-1-cm", "default")  # noqa: E731
+    await running.wait_for(has_child, limit=10)
+    child = running.api.get_object("configmaps", "kopf-example-1-cm", "default")
+    uid = running.obj()["metadata"]["uid"]
+    assert child["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert child["metadata"]["ownerReferences"][0]["controller"] is True
+    # The child's own ADDED event enqueued the owner once more: it found the child present.
+    await running.wait_for(lambda: ("present", False) in runs, limit=10)
+
+    runs.clear()
+    running.api.delete_object("configmaps", "kopf-example-1-cm", "default")
+    await running.wait_for(has_child, limit=10)
+    assert ("created", False) in runs
+    restored = running.api.get_object("configmaps", "kopf-example-1-cm", "default")
+    assert restored["metadata"]["uid"] != child["metadata"]["uid"]
+    assert restored["data"] == {"field": "value"}
+
+
+async def test_child_of_another_kind_or_not_controlled_does_not_enqueue(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    runs: list[str] = []
+
+    @kopf.on.reconcile("kopfexamples", owns=["configmaps"], registry=registry)
+    def reconcile_fn(name: str, **_: Any) -> None:
+        runs.append(name)
+
+    running = await run_operator()
+    owner = running.create()
+    await running.wait_for(lambda: runs == ["kopf-example-1"], limit=10)
+    reference = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "KopfExample",
+        "name": "kopf-example-1",
+        "uid": owner["metadata"]["uid"],
+    }
+    for name, extra in [("plain", {}), ("stale", {"controller": True, "uid": "another-uid"})]:
+        running.api.create_object(
+            "configmaps",
+            {"metadata": {"name": name, "ownerReferences": [{**reference, **extra}]}},
+            "default",
+        )
+    await trio.sleep(30)
+    assert runs == ["kopf-example-1"]  # neither a non-controller nor a namesake's child counts
+
+
+async def test_mapped_object_change_reconciles_the_mapped_owner(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    runs: list[str] = []
+
+    def by_label(body: Any, **_: Any) -> list[str]:
+        target = body["metadata"].get("labels", {}).get("for")
+        return [target] if target else []
+
+    @kopf.on.reconcile("kopfexamples", watches={"secrets": by_label}, registry=registry)
+    def reconcile_fn(name: str, **_: Any) -> None:
+        runs.append(name)
+
+    running = await run_operator()
+    running.create()
+    running.create(name="kopf-example-2")
+    await running.wait_for(lambda: sorted(runs) == ["kopf-example-1", "kopf-example-2"], limit=10)
+    runs.clear()
+    secret = {"metadata": {"name": "s1", "labels": {"for": "kopf-example-2"}}, "data": {}}
+    running.api.create_object("secrets", secret, "default")
+    await running.wait_for(lambda: runs == ["kopf-example-2"], limit=10)
+    running.api.patch_object("secrets", "s1", {"data": {"x": "eQ=="}}, "default")
+    await running.wait_for(lambda: runs == ["kopf-example-2"] * 2, limit=10)
+    await trio.sleep(30)
+    assert runs == ["kopf-example-2"] * 2
+
+
+async def test_requeue_runs_again_after_the_delay_on_the_mock_clock(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    times: list[float] = []
+
+    @kopf.on.reconcile("kopfexamples", registry=registry)
+    async def reconcile_fn(**_: Any) -> kopf.Requeue | None:
+        times.append(trio.current_time())
+        return kopf.Requeue(after=45) if len(times) < 3 else None
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: len(times) == 3, limit=200)
+    await trio.sleep(300)
+    assert len(times) == 3  # no requeue asked by the last run: no more runs
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    assert gaps == [pytest.approx(45, abs=0.1)] * 2
+
+
+async def test_errors_back_off_exponentially_per_object_up_to_the_cap(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    times: list[float] = []
+
+    @kopf.on.reconcile("kopfexamples", registry=registry)
+    async def reconcile_fn(**_: Any) -> None:
+        times.append(trio.current_time())
+        if len(times) < 7:
+            raise RuntimeError("not yet")
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: len(times) == 7, limit=200)
+    await trio.sleep(100)
+    assert len(times) == 7  # succeeded: no more retries
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    # settings: 2 s, doubling, capped at 16 s.
+    assert gaps == [pytest.approx(g, abs=0.1) for g in (2, 4, 8, 16, 16, 16)]
+
+
+async def test_resync_runs_every_object_again(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    runs: list[tuple[str, float]] = []
+
+    @kopf.on.reconcile("kopfexamples", resync=100, registry=registry)
+    async def reconcile_fn(name: str, **_: Any) -> None:
+        runs.append((name, trio.current_time()))
+
+    running = await run_operator()
+    start = trio.current_time()
+    running.create()
+    running.create(name="kopf-example-2")
+    await running.wait_for(lambda: len(runs) == 2, limit=10)
+    await trio.sleep(250 - (trio.current_time() - start))
+    names = sorted(name for name, _ in runs)
+    assert names == sorted(["kopf-example-1", "kopf-example-2"] * 3)
+
+
+async def test_generation_changed_skips_status_writes_on_reconcile(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    runs: list[Any] = []
+
+    @kopf.on.reconcile("kopfexamples", when=kopf.generation_changed, registry=registry)
+    def reconcile_fn(spec: Any, **_: Any) -> None:
+        runs.append(spec["field"])
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: runs == ["value"], limit=10)
+    running.api.patch_object("kopfexamples", "kopf-example-1", {"status": {"x": 1}}, "default")
+    running.patch({"metadata": {"labels": {"c": "d"}}})
+    await trio.sleep(30)
+    assert runs == ["value"]
+    running.patch({"spec": {"field": "other"}})
+    await running.wait_for(lambda: runs == ["value", "other"], limit=10)
+
+
+async def test_generation_changed_on_a_kopf_update_handler_ignores_metadata_writes(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    updates: list[Any] = []
+
+    @kopf.on.update("kopfexamples", when=kopf.generation_changed, registry=registry)
+    def update_fn(spec: Any, **_: Any) -> None:
+        updates.append(spec["field"])
+
+    @kopf.on.create("kopfexamples", registry=registry)
+    def create_fn(**_: Any) -> None:
+        pass
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: "last-handled-configuration" in str(running.obj()), limit=10)
+    running.patch({"status": {"phase": "Running"}})
+    running.patch({"metadata": {"labels": {"c": "d"}, "annotations": {"note": "x"}}})
+    await trio.sleep(30)
+    assert updates == []
+    running.patch({"spec": {"field": "changed"}})
+    await running.wait_for(lambda: updates == ["changed"], limit=10)
+
+
+async def test_observed_generation_and_conditions_are_written(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: OperatorSettings,
+) -> None:
+    settings.reconciling.observed_generation = True
+
+    @kopf.on.reconcile("kopfexamples", registry=registry)
+    async def reconcile_fn(body: Any, patch: Any, **_: Any) -> None:
+        ready = body["spec"]["field"] == "ready"
+        kopf.conditions.set_condition(
+            patch, "Ready", ready, reason="Checked" if ready else "Waiting", body=body
+        )
+
+    running = await run_operator()
+    running.create()
+    status = lambda: running.obj().get("status", {})  # noqa: E731
+    await running.wait_for(lambda: "conditions" in status(), limit=10)
+    first = status()["conditions"][0]
+    assert first["type"] == "Ready" and first["status"] == "False"
+    assert status()["observedGeneration"] == running.obj()["metadata"]["generation"]
+    await trio.sleep(20)
+    running.patch({"spec": {"field": "ready"}})
+    await running.wait_for(lambda: status()["conditions"][0]["status"] == "True", limit=10)
+    second = status()["conditions"][0]
+    assert second["reason"] == "Checked"
+    assert second["lastTransitionTime"] != first["lastTransitionTime"]
+    assert second["observedGeneration"] == running.obj()["metadata"]["generation"]
+    assert status()["observedGeneration"] == running.obj()["metadata"]["generation"]
+
+
+async def test_a_run_for_an_object_being_deleted_is_told_so(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    runs: list[bool] = []
+
+    @kopf.on.reconcile("kopfexamples", registry=registry)
+    def reconcile_fn(deleting: bool, **_: Any) -> None:
+        runs.append(deleting)
+
+    @kopf.on.delete("kopfexamples", registry=registry)
+    def delete_fn(**_: Any) -> None:
+        pass
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: runs[:1] == [False], limit=10)
+    running.delete()
+    await running.wait_for(lambda: not running.exists(), limit=30)
+    assert runs[0] is False and True in runs
