@@ -6,6 +6,7 @@ fake API holds is what a user would see; time runs on trio's mock clock.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -153,7 +154,7 @@ async def test_requeue_runs_again_after_the_delay_on_the_mock_clock(
     await running.wait_for(lambda: len(times) == 3, limit=200)
     await trio.sleep(300)
     assert len(times) == 3  # no requeue asked by the last run: no more runs
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert gaps == [pytest.approx(45, abs=0.1)] * 2
 
 
@@ -173,7 +174,7 @@ async def test_errors_back_off_exponentially_per_object_up_to_the_cap(
     await running.wait_for(lambda: len(times) == 7, limit=200)
     await trio.sleep(100)
     assert len(times) == 7  # succeeded: no more retries
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     # settings: 2 s, doubling, capped at 16 s.
     assert gaps == [pytest.approx(g, abs=0.1) for g in (2, 4, 8, 16, 16, 16)]
 
@@ -261,7 +262,8 @@ async def test_observed_generation_and_conditions_are_written(
     status = lambda: running.obj().get("status", {})  # noqa: E731
     await running.wait_for(lambda: "conditions" in status(), limit=10)
     first = status()["conditions"][0]
-    assert first["type"] == "Ready" and first["status"] == "False"
+    assert first["type"] == "Ready"
+    assert first["status"] == "False"
     assert status()["observedGeneration"] == running.obj()["metadata"]["generation"]
     await trio.sleep(20)
     running.patch({"spec": {"field": "ready"}})
@@ -291,4 +293,5 @@ async def test_a_run_for_an_object_being_deleted_is_told_so(
     await running.wait_for(lambda: runs[:1] == [False], limit=10)
     running.delete()
     await running.wait_for(lambda: not running.exists(), limit=30)
-    assert runs[0] is False and True in runs
+    assert runs[0] is False
+    assert True in runs
