@@ -87,7 +87,10 @@ class Reconciler:
 
     def request_key(self, key: ObjectKey, uid: str | None) -> bool:
         """A run of the object named ``key`` (and of ``uid``, if given); False if unknown."""
-        if self.namespace is not None and key.namespace != self.namespace:
+        if not self.resource.namespaced:
+            # A namespaced child may be owned by a cluster-scoped object: its name is enough.
+            key = ObjectKey(None, key.name)
+        elif self.namespace is not None and key.namespace != self.namespace:
             return False
         known = self.uids.get(key)
         if known is None or (uid is not None and uid != known):

@@ -161,6 +161,9 @@ async def run_watcher(
                             idle,
                         )
 
+                    # No more reconcile requests start workers here: they are draining.
+                    if reconciler is not None:
+                        reconciler.wake = _ignore_wake
                     # The stream has stopped. Let every worker finish what is queued, within
                     # the bound.
                     for mailbox in streams.values():
@@ -178,7 +181,7 @@ async def run_watcher(
                 relay.cancel()
     finally:
         if reconciler is not None:
-            reconciler.wake = lambda uid: None
+            reconciler.wake = _ignore_wake
             ctx.operator.reconcilers.remove(reconciler)
             ctx.reconciler = None
         if share is not None:
@@ -436,6 +439,10 @@ class _Worker:
         return True
 
 
+def _ignore_wake(key: str) -> None:
+    """A reconciler's wake-up once its watcher no longer starts workers."""
+
+
 def _wake_for_reconcile(
     ctx: ResourceContext,
     streams: dict[str, Mailbox],
@@ -446,8 +453,8 @@ def _wake_for_reconcile(
     """Make sure the worker of ``key`` runs, for a reconcile request (see reconciling.py):
     a new one if it has retired, a parked one revived, an idle one woken up. A busy worker
     gets to the request when it is done with what it does."""
-    if ctx.is_stopping:
-        return
+    if ctx.is_stopping or ctx.operator.pause.is_paused():
+        return  # paused: the stream lists every object again on resuming, requesting them all
     mailbox = streams.get(key)
     if mailbox is None:
         memory = ctx.memories.recall(key)

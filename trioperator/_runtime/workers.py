@@ -35,6 +35,7 @@ from trioperator._runtime.processing import (
     process_events,
     touch,
 )
+from trioperator._runtime.reconcile_state import Reconciler
 from trioperator._runtime.reconciling import reconcile_object
 from trioperator._runtime.waiting import first_of
 from trioperator._util.lognames import framework_logger
@@ -182,18 +183,6 @@ async def _serve_busy(
         if latest is None and not pending:
             if not open_:
                 return False
-            reconciler = ctx.reconciler
-            if reconciler is not None and reconciler.coalescer.is_queued(key):
-                # Kopf's handlers are done with the object: its reconcile run (trioperator's
-                # own kind) sees the newest known state.
-                body_now = reconciler.bodies.get(key)
-                if objlogger is None and body_now is not None:
-                    objlogger = ObjectLogger(body_now)
-                if objlogger is not None:
-                    await reconcile_object(ctx, reconciler, key, memory, objlogger)
-                else:
-                    reconciler.coalescer.forget(key)
-                continue
             # Idle: nothing of the object is needed any more unless it is being deleted (its
             # last state is seen again when a daemon that holds it ends). Dropping the rest now
             # frees the bodies of a listing of many objects as they are handled, rather than
@@ -214,6 +203,12 @@ async def _serve_busy(
                 # Already there (a new worker's first event, or one that came meanwhile): the
                 # wait would return at once, without a checkpoint, only at a higher cost.
                 open_ = mailbox.drain(pending) and open_
+                continue
+            reconciler = ctx.reconciler
+            if reconciler is not None and reconciler.coalescer.is_queued(key):
+                # Kopf's handlers are done with the object: its reconcile run (trioperator's
+                # own handler kind) sees the newest known state.
+                objlogger = await _reconcile(ctx, reconciler, key, memory, objlogger)
                 continue
             awaited = _awaited(ctx, memory)
             # Nothing to wait for but a new event, whoever brings it: wait without a task.
@@ -413,6 +408,29 @@ async def _serve_busy(
                 latest = {"type": "MODIFIED", "object": body}  # run the delayed handlers
             continue
         _expect(ctx, memory, version)
+
+
+async def _reconcile(
+    ctx: ResourceContext,
+    reconciler: Reconciler,
+    key: str,
+    memory: ObjectMemory,
+    objlogger: ObjectLogger | None,
+) -> ObjectLogger | None:
+    """Run the queued reconcile of the object (see reconciling.py), unless it cannot run now.
+
+    While the operator is paused (peering) or fenced (sharding), the request is dropped: the
+    stream lists every object again when it resumes, and that requests them all anew.
+    """
+    body = reconciler.bodies.get(key)
+    shard = ctx.operator.shard
+    if body is None or ctx.operator.pause.is_paused() or (shard is not None and shard.fenced):
+        reconciler.coalescer.forget(key)
+        return objlogger
+    if objlogger is None:
+        objlogger = ObjectLogger(body)
+    await reconcile_object(ctx, reconciler, key, memory, objlogger)
+    return objlogger
 
 
 def _awaited(ctx: ResourceContext, memory: ObjectMemory) -> str | None:

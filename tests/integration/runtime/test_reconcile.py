@@ -295,3 +295,28 @@ async def test_a_run_for_an_object_being_deleted_is_told_so(
     await running.wait_for(lambda: not running.exists(), limit=30)
     assert runs[0] is False
     assert True in runs
+
+
+async def test_changes_during_a_run_coalesce_into_one_more_run(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    seen: list[Any] = []
+    active: list[int] = [0, 0]  # now, at most
+
+    @kopf.on.reconcile("kopfexamples", registry=registry)
+    async def reconcile_fn(spec: Any, **_: Any) -> None:
+        active[0] += 1
+        active[1] = max(active)
+        seen.append(spec["field"])
+        await trio.sleep(10 if len(seen) == 1 else 0)
+        active[0] -= 1
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: seen == ["value"], limit=5)
+    for number in range(5):  # while the first run sleeps
+        running.patch({"spec": {"field": f"v{number}"}})
+        await trio.sleep(1)
+    await trio.sleep(60)
+    assert seen == ["value", "v4"]  # one more run, on the newest state
+    assert active[1] == 1
