@@ -288,6 +288,11 @@ def _generation(body: Any) -> int | None:
     return generation if isinstance(generation, int) and not isinstance(generation, bool) else None
 
 
+def _deleting(body: Any) -> bool:
+    metadata = body.get("metadata") if isinstance(body, Mapping) else None
+    return isinstance(metadata, Mapping) and bool(metadata.get("deletionTimestamp"))
+
+
 def generation_changed(
     *,
     old: Any = None,
@@ -307,9 +312,11 @@ def generation_changed(
     """
     if old is None or (reason is not None and str(reason) != "update"):
         return True
-    old_generation, new_generation = _generation(old), _generation(new if new is not None else body)
+    current = new if new is not None else body
+    old_generation, new_generation = _generation(old), _generation(current)
     if old_generation is not None and new_generation is not None:
-        return old_generation != new_generation
+        # The deletion timestamp appearing counts as a change of the spec would.
+        return old_generation != new_generation or _deleting(current) != _deleting(old)
     if diff is None:
         return True  # nothing to judge by: let it pass rather than drop a change
     for item in diff:

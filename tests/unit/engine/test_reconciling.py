@@ -148,6 +148,9 @@ def test_generation_changed_on_whole_bodies_compares_generations() -> None:
     assert generation_changed(old=None, new=_body(1))
     assert generation_changed(old=_body(1), new=_body(2))
     assert not generation_changed(old=_body(2), new=_body(2, status={"x": 1}))
+    deleted = _body(2)
+    deleted["metadata"]["deletionTimestamp"] = "2024-01-01T00:00:00Z"
+    assert generation_changed(old=_body(2), new=deleted)
 
 
 def test_generation_changed_on_kopf_essences_looks_at_the_diff() -> None:
