@@ -412,9 +412,6 @@ class _Worker:
         mailbox = self.mailbox
         if len(mailbox):
             return False
-        reconciler = self.ctx.reconciler
-        if reconciler is not None and reconciler.coalescer.is_queued(self.key):
-            return False  # a reconcile run is wanted (see reconciling.py)
         if self.streams.get(self.key) is mailbox:
             del self.streams[self.key]
         mailbox.close()

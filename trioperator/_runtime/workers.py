@@ -229,13 +229,15 @@ async def _serve_busy(
                 )
             finally:
                 mailbox.idling = False
+            # Woken up for a reconcile run (see reconciling.py): not idle, stay for it.
+            requested = reconciler is not None and reconciler.coalescer.is_queued(key)
             if not pending:
                 open_ = mailbox.drain(pending) and open_
                 if not pending and wake is not None and wake.is_set() and open_:
                     memory.daemons.rearm()  # each end wakes us up once
                     latest = last
                     continue
-                if not pending and (not open_ or (not holding and retire())):
+                if not pending and (not open_ or (not holding and not requested and retire())):
                     return False
                 continue
         open_ = mailbox.drain(pending) and open_

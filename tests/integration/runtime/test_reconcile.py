@@ -320,3 +320,43 @@ async def test_changes_during_a_run_coalesce_into_one_more_run(
     await trio.sleep(60)
     assert seen == ["value", "v4"]  # one more run, on the newest state
     assert active[1] == 1
+
+
+async def test_child_resources_get_no_workers_and_timers_exist_only_for_reconcilers(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    runs: list[str] = []
+
+    @kopf.on.reconcile("kopfexamples", owns=["configmaps"], registry=registry)
+    def reconcile_fn(name: str, **_: Any) -> None:
+        runs.append(name)
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: runs == ["kopf-example-1"], limit=10)
+    for number in range(5):
+        running.api.create_object("configmaps", {"metadata": {"name": f"cm{number}"}}, "default")
+    await trio.sleep(1)
+    assert not [name for name in running.worker_tasks() if "configmaps" in name]
+    [timers] = running.tasks("reconcile timers")  # one: for the reconciled resource only
+    assert "kopfexamples" in timers
+    await running.stop()
+    assert running.tasks("reconcile timers") == []
+    assert running.worker_tasks() == []
+
+
+async def test_without_reconcile_handlers_no_reconcile_machinery_runs(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    created: list[str] = []
+
+    @kopf.on.create("kopfexamples", registry=registry)
+    def create_fn(name: str, **_: Any) -> None:
+        created.append(name)
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: created == ["kopf-example-1"], limit=10)
+    assert running.tasks("reconcile timers") == []
+    assert running.operator.context is not None
+    assert len(running.operator.context.reconcilers) == 0
