@@ -196,11 +196,13 @@ async def _reconcile(
     )
     execution = Execution.for_operator(ctx.operator)
     failed = False
+    ran = False
     delays: list[float] = []
     kwargs = cause.kwargs
     for handler in reconciler.unfiltered:
         if not match(handler, body=body, kwargs=kwargs):
             continue
+        ran = True
         outcome = await run_handler_once(
             handler,
             cause=cause,
@@ -218,7 +220,7 @@ async def _reconcile(
             delays.append(delay)
     metadata = body.get("metadata") or {}
     generation = metadata.get("generation")
-    if not failed and settings.observed_generation and isinstance(generation, int):
+    if ran and not failed and settings.observed_generation and isinstance(generation, int):
         status = body.get("status")
         observed = status.get("observedGeneration") if isinstance(status, dict) else None
         if observed != generation:

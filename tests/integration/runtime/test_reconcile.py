@@ -266,6 +266,10 @@ async def test_observed_generation_and_conditions_are_written(
     assert first["status"] == "False"
     assert status()["observedGeneration"] == running.obj()["metadata"]["generation"]
     await trio.sleep(20)
+    # Converged: its own status write woke it once more, and that run wrote nothing new.
+    writes = len(running.writes())
+    await trio.sleep(60)
+    assert len(running.writes()) == writes
     running.patch({"spec": {"field": "ready"}})
     await running.wait_for(lambda: status()["conditions"][0]["status"] == "True", limit=10)
     second = status()["conditions"][0]
@@ -360,3 +364,46 @@ async def test_without_reconcile_handlers_no_reconcile_machinery_runs(
     assert running.tasks("reconcile timers") == []
     assert running.operator.context is not None
     assert len(running.operator.context.reconcilers) == 0
+
+
+async def test_a_stop_lets_a_running_reconcile_finish_and_starts_no_more(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    events: list[str] = []
+
+    @kopf.on.reconcile("kopfexamples", resync=0.5, registry=registry)
+    async def reconcile_fn(**_: Any) -> None:
+        events.append("started")
+        await trio.sleep(1)  # within settings.queueing.exit_timeout (2 s)
+        events.append("finished")
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: events == ["started"], limit=10)
+    await running.stop()
+    assert events == ["started", "finished"]
+    assert running.tasks("reconcile timers") == []
+    assert running.worker_tasks() == []
+
+
+async def test_label_filters_apply_to_every_request_and_an_unmatched_object_is_left_alone(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: OperatorSettings,
+) -> None:
+    settings.reconciling.observed_generation = True
+    runs: list[str] = []
+
+    @kopf.on.reconcile("kopfexamples", labels={"a": "b"}, resync=10, registry=registry)
+    def reconcile_fn(name: str, **_: Any) -> None:
+        runs.append(name)
+
+    running = await run_operator()
+    running.create()
+    running.create(name="other", labels={"a": "c"})
+    await trio.sleep(35)  # several resyncs
+    assert set(runs) == {"kopf-example-1"}
+    assert len(runs) >= 3
+    assert "observedGeneration" in running.obj()["status"]
+    assert "status" not in running.obj("other")
