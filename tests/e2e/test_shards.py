@@ -28,6 +28,8 @@ from tests.e2e.conftest import Kubectl, OperatorProcess
 
 LEASE_DURATION = 6
 TAKEOVER_MARGIN = 2
+KILLED = "r3"
+KILLED_FINISHES = 10
 
 OPERATOR_SOURCE = f"""
 import os
@@ -47,9 +49,21 @@ def configure(settings, **_):
     settings.posting.enabled = False
 
 
+HELD = REPLICA == "{KILLED}"
+second_runs = 0
+
+
 @kopf.on.create("kopfexamples")
 async def create_fn(name, **_):
+    global second_runs
     print(f"HANDLED {{name}} BY {{REPLICA}}", flush=True)
+    if HELD and name.startswith("second-"):
+        # The replica the test kills finishes its first {KILLED_FINISHES} objects of the second
+        # burst and holds the rest until it is killed: however slow the test is to kill it,
+        # part of its share is left to take over, and part is stored before the kill.
+        second_runs += 1
+        if second_runs > {KILLED_FINISHES}:
+            await trio.sleep_forever()
     await trio.sleep(0.2)
     return REPLICA
 """
@@ -143,10 +157,13 @@ def test_three_replicas_handle_each_object_once_and_take_over_a_killed_ones(
     by_replica = Counter(results[name] for name in first)
     assert set(by_replica) == {"r1", "r2", "r3"}, by_replica
 
-    # A second burst; r3 is killed while it is handling its share.
+    # A second burst; r3 is killed while it is handling its share (it holds all but the first
+    # KILLED_FINISHES of its objects until then: see the operator above).
     second = _create(kubectl, namespace, "second", 500)
-    processes["r3"].wait_for(r"HANDLED second-\S+ BY r3", count=10, timeout=60)
-    processes["r3"].process.send_signal(signal.SIGKILL)
+    processes[KILLED].wait_for(
+        rf"HANDLED second-\S+ BY {KILLED}", count=KILLED_FINISHES + 1, timeout=60
+    )
+    processes[KILLED].process.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     results = _wait_all_done(kubectl, namespace, second, timeout=120)
     took = time.monotonic() - killed_at

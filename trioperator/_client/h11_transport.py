@@ -37,8 +37,8 @@ import contextlib
 import select
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Final, TypeVar
+from collections.abc import AsyncIterator, Mapping
+from typing import Final, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import h11
@@ -52,9 +52,6 @@ from trioperator._client.errors import (
     APITimeoutError,
 )
 from trioperator._client.tls_stream import TLSStream
-
-if TYPE_CHECKING:
-    from h11._headers import Headers
 
 __all__ = ["MAX_HEADERS", "MAX_HEAD_BYTES", "Origin", "Proxy", "TransportPool", "TransportResponse"]
 
@@ -91,52 +88,28 @@ def _write_through_connection(request: h11.Request, content: bytes | None) -> by
     return b"".join(part for part in parts if part)
 
 
-def _choose_writer() -> Callable[[h11.Request, bytes | None], bytes]:
-    """h11's own request writer, called directly if it writes exactly what its connection does.
+def _header_block(request: h11.Request) -> bytes:
+    """The header lines of a request validated by h11, as h11 writes them: Host first.
 
-    A connection's state machine costs two thirds of writing a request (~25 instead of ~10 us
-    with the same validated request): three events, the framing looked up in the headers, the
-    states checked. None of it decides anything here: every request of this transport is one
-    whole message whose only framing is the ``Content-Length`` the transport sets itself. So
-    the bytes come from the function the connection ends up calling, ``h11._writers``'
-    ``write_request``, followed by the body as it is (what a ``Content-Length`` writer does).
-    That module is not public: it is used only if it exists and writes sample requests (with
-    and without a body) byte for byte as the connection does; otherwise, the connection.
+    Made once per set of headers (see ``TransportPool._serialize``) from public names only:
+    the headers h11 has validated and normalized, in their raw spelling.
     """
-    try:
-        from h11._writers import write_request
-    except ImportError:  # pragma: no cover - a future h11 without it
-        return _write_through_connection
-
-    def write_directly(request: h11.Request, content: bytes | None) -> bytes:
-        parts: list[bytes] = []
-        write_request(request, parts.append)
-        if content:
-            parts.append(content)
-        return b"".join(parts)
-
-    samples = [
-        (h11.Request(method="GET", target="/x?y=1", headers=[("Host", "a"), ("X-A", "b")]), None),
-        (
-            h11.Request(
-                method="PATCH",
-                target="/z",
-                headers=[("Accept", "*/*"), ("Host", "a:1"), ("Content-Length", "2")],
-            ),
-            b"{}",
-        ),
-    ]
-    try:
-        same = all(
-            write_directly(request, content) == _write_through_connection(request, content)
-            for request, content in samples
-        )
-    except Exception:  # pragma: no cover - a future h11 whose writer works differently
-        same = False
-    return write_directly if same else _write_through_connection
+    items = request.headers.raw_items()
+    hosts = [item for item in items if item[0].lower() == b"host"]
+    others = [item for item in items if item[0].lower() != b"host"]
+    return b"".join(b"%s: %s\r\n" % item for item in (*hosts, *others)) + b"\r\n"
 
 
-_write: Final = _choose_writer()
+def _write(request: h11.Request, content: bytes | None, header_block: bytes) -> bytes:
+    """A whole request: its line, its header lines (h11's, see above), and the body as it is.
+
+    What an h11 connection writes for a request with a ``Content-Length`` (the only framing this
+    transport uses), without its state machine, which costs two thirds of writing a request (three
+    events, the framing looked up in the headers, the states checked) and decides nothing here.
+    ``tests/integration/client/test_h11_transport.py`` holds it to the connection's bytes.
+    """
+    line = b"%s %s HTTP/1.1\r\n" % (request.method, request.target)
+    return line + header_block + content if content else line + header_block
 
 
 class Proxy:
@@ -742,7 +715,9 @@ class TransportPool:
         self._idle: list[_Connection] = []
         self._closed = False
         # Validated request headers by (headers, body length): see _serialize.
-        self._validated: dict[tuple[tuple[tuple[str, str], ...], int | None], Headers] = {}
+        self._validated: dict[
+            tuple[tuple[tuple[str, str], ...], int | None], tuple[h11.Request, bytes]
+        ] = {}
 
     async def request(
         self,
@@ -826,17 +801,18 @@ class TransportPool:
         ``Host`` is refused, since h11 would send it next to ours (e.g. both a length and
         chunking, which servers and proxies may read differently). h11 validates the rest.
 
-        h11 validates each request (see :func:`_write` for how it writes them). Its validation
-        of the header lines, a third of its cost, is done once per set of headers (and body
-        length): a request's own validated headers are given back to h11 for the next requests
-        with the same ones; the method and the target are validated each time.
+        h11 validates each request; :func:`_write` writes it. Its validation of the header
+        lines, a third of its cost, is done once per set of headers (and body length), and so
+        is the writing of those lines: the next requests with the same headers reuse both; the
+        method and the target are validated each time.
         """
         key = (tuple(headers.items()), None if content is None else len(content))
         origin = self.origin
         full_target = origin.target_base + target
-        validated = self._validated.get(key)
-        if validated is not None:
-            request = h11.Request(method=method, target=full_target, headers=validated)
+        cached = self._validated.get(key)
+        if cached is not None:
+            first, header_block = cached
+            request = h11.Request(method=method, target=full_target, headers=first.headers)
         else:
             items: list[tuple[str, str]] = [("Host", origin.host_header)]
             for name, value in headers.items():
@@ -848,10 +824,11 @@ class TransportPool:
             if content is not None:
                 items.append(("Content-Length", str(len(content))))
             request = h11.Request(method=method, target=full_target, headers=items)
+            header_block = _header_block(request)
             if len(self._validated) >= _VALIDATED_HEADERS:
                 self._validated.clear()  # e.g. bodies of many lengths: start over, stay small
-            self._validated[key] = request.headers
-        return _write(request, content)
+            self._validated[key] = (request, header_block)
+        return _write(request, content, header_block)
 
     def _take(self) -> _Connection | None:
         idle = self._idle

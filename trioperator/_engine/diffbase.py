@@ -48,6 +48,7 @@ from trioperator._engine.conventions import (
     set_field_if_changed,
 )
 from trioperator._engine.patches import Patch
+from trioperator._wire.compact_json import dumps_compact
 
 __all__ = [
     "AnnotationsDiffBaseStorage",
@@ -79,7 +80,7 @@ def _describe(body: Body) -> str:
 
 
 def _encode(essence: Mapping[str, Any]) -> str:
-    return json.dumps(essence, separators=(",", ":"))
+    return dumps_compact(essence)
 
 
 class CorruptDiffBaseError(ValueError):

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trioperator._engine.conventions import StorageKeyFormingConvention
+from trioperator._wire.compact_json import dumps_compact
 
 __all__ = ["JOURNAL_FIELD", "annotation_prefixes", "base_of", "pending_write", "prepare"]
 
@@ -116,7 +117,7 @@ def prepare(
     changes_marks = bool(body_part) and _changes_marks(body, body_part, prefixes)
     if status:
         if changes_marks:
-            encoded = json.dumps(body_part, separators=(",", ":"))
+            encoded = dumps_compact(body_part)
             _put(patch, {"base": base_of(body, prefixes), "patch": encoded})
         elif existing is not None:
             _put(patch, None)

@@ -48,6 +48,7 @@ from trioperator._engine.conventions import (
 from trioperator._engine.diffbase import BodyEssence
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.patches import Patch
+from trioperator._wire.compact_json import dumps_compact
 
 __all__ = [
     "AnnotationsProgressStorage",
@@ -78,7 +79,7 @@ _logger = logging.getLogger("trioperator.persistence")
 
 def _encode(payload: Mapping[str, Any]) -> str:
     # No spaces: this is what Kopf writes, and what an operator moving between the two must find.
-    return json.dumps(payload, separators=(",", ":"))
+    return dumps_compact(payload)
 
 
 class ProgressStorage(StorageStanzaCleaner, abc.ABC):
