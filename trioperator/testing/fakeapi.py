@@ -49,6 +49,8 @@ from trioperator._runtime.httpserver import (
 )
 from trioperator._util.clock import now as operator_now
 from trioperator.testing._fakestore import (
+    APPLY_PATCH,
+    DEFAULT_MANAGER,
     Change,
     FieldSelector,
     LabelSelector,
@@ -390,6 +392,7 @@ class FakeAPI:
         history_limit: int = 1000,
         tokens: Iterable[str] | None = None,
         clock: Callable[[], datetime.datetime] | None = None,
+        track_managed_fields: bool = False,
     ) -> None:
         """
         :param bookmark_interval: seconds (trio time) between periodic watch bookmarks.
@@ -398,6 +401,10 @@ class FakeAPI:
         :param tokens: accepted bearer tokens; ``None`` accepts any request.
         :param clock: wall-clock time for timestamps; by default it advances with trio's clock
             from the real time of the first use, so a ``MockClock`` governs it too.
+        :param track_managed_fields: record ``metadata.managedFields`` on every write, as the
+            real server does. By default only writes that name a ``fieldManager``, applies,
+            and later writes to objects that have managed fields record them, so that tests
+            comparing whole objects are not concerned with them.
         """
         self.host = host
         self._bind_port = port
@@ -412,7 +419,11 @@ class FakeAPI:
         self._injections: list[Injection] = []
         self._pending_watch_errors: list[tuple[PathPattern, Obj]] = []
         self._watches: weakref.WeakSet[_WatchStream] = weakref.WeakSet()
-        self.store = Store(now=self._timestamp, history_limit=history_limit)
+        self.store = Store(
+            now=self._timestamp,
+            history_limit=history_limit,
+            track_managed_fields=track_managed_fields,
+        )
         """The object store itself, for what the convenience methods do not cover."""
         self.store.listeners.append(self._on_change)
         self.store.removal_listeners.append(self._on_resource_removed)
@@ -430,6 +441,7 @@ class FakeAPI:
         history_limit: int = 1000,
         tokens: Iterable[str] | None = None,
         clock: Callable[[], datetime.datetime] | None = None,
+        track_managed_fields: bool = False,
     ) -> AsyncIterator[FakeAPI]:
         """Serve a new fake for the duration of the ``async with`` block."""
         api = cls(
@@ -439,6 +451,7 @@ class FakeAPI:
             history_limit=history_limit,
             tokens=tokens,
             clock=clock,
+            track_managed_fields=track_managed_fields,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(api.run)
@@ -880,7 +893,13 @@ class FakeAPI:
                     return self._watch(request, res, version, namespace, None)
                 return self._list(request, res, version, namespace)
             if method == "POST" and (namespace is not None or not res.namespaced):
-                created = self.store.create(res, namespace, self._body(request, res))
+                created = self.store.create(
+                    res,
+                    namespace,
+                    self._body(request, res),
+                    manager=request.param("fieldManager"),
+                    default_manager=_default_manager(request),
+                )
                 return _json(201, _present(created, res, version))
             if method == "DELETE" and (namespace is not None or not res.namespaced):
                 items, metadata = self.store.delete_collection(
@@ -902,15 +921,34 @@ class FakeAPI:
             return _json(200, _present(self.store.get(res, namespace, name), res, version))
         if method == "PUT":
             replaced = self.store.replace(
-                res, namespace, name, self._body(request, res), subresource=subresource
+                res,
+                namespace,
+                name,
+                self._body(request, res),
+                subresource=subresource,
+                manager=request.param("fieldManager"),
+                default_manager=_default_manager(request),
             )
             return _json(200, _present(replaced, res, version))
         if method == "PATCH":
             content_type = request.headers.get("content-type", "")
-            patched = self.store.patch(
-                res, namespace, name, content_type, request.body, subresource=subresource
+            # An apply that creates answers 201, like a POST.
+            creating = (
+                content_type.startswith(APPLY_PATCH)
+                and self.store.peek(res, namespace, name) is None
             )
-            return _json(200, _present(patched, res, version))
+            patched = self.store.patch(
+                res,
+                namespace,
+                name,
+                content_type,
+                request.body,
+                subresource=subresource,
+                manager=request.param("fieldManager"),
+                default_manager=_default_manager(request),
+                force=request.param("force") in _TRUE,
+            )
+            return _json(201 if creating else 200, _present(patched, res, version))
         if method == "DELETE" and subresource is None:
             options = _decode_body(request.body)
             result = self.store.delete(
@@ -1051,6 +1089,12 @@ def _int_param(request: Request, name: str) -> int | None:
         return int(text)
     except ValueError:
         raise StatusError(400, "BadRequest", f"invalid {name}: {text!r}") from None
+
+
+def _default_manager(request: Request) -> str:
+    """The field manager of a write that names none: the User-Agent up to its first ``/``."""
+    agent = request.headers.get("user-agent", "")
+    return agent.split("/", 1)[0][:128] or DEFAULT_MANAGER
 
 
 def _method_not_allowed() -> StatusError:

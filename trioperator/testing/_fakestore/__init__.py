@@ -11,10 +11,18 @@ from __future__ import annotations
 from trioperator.testing._fakestore.catalogue import ResourceDef, builtin_resources
 from trioperator.testing._fakestore.errors import StatusError, not_found, resource_not_found
 from trioperator.testing._fakestore.selectors import FieldSelector, LabelSelector
-from trioperator.testing._fakestore.store import Change, Store, watch_event
+from trioperator.testing._fakestore.store import (
+    APPLY_PATCH,
+    DEFAULT_MANAGER,
+    Change,
+    Store,
+    watch_event,
+)
 from trioperator.testing._fakestore.values import JSON, Obj, clone
 
 __all__ = [
+    "APPLY_PATCH",
+    "DEFAULT_MANAGER",
     "JSON",
     "Change",
     "FieldSelector",

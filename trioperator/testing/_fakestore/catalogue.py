@@ -185,6 +185,16 @@ def builtin_resources() -> list[ResourceDef]:
             tracks_generation=True,
             returns_deleted_object=True,
         ),
+        ResourceDef(
+            "apps",
+            ["v1"],
+            "deployments",
+            "Deployment",
+            short_names=["deploy"],
+            categories=["all"],
+            status_subresource=True,
+            tracks_generation=True,
+        ),
         ResourceDef("coordination.k8s.io", ["v1"], "leases", "Lease"),
         ResourceDef("events.k8s.io", ["v1"], "events", "Event", short_names=["ev"]),
     ]
