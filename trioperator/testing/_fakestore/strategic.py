@@ -126,7 +126,10 @@ def _merge_list(
         if not isinstance(item, dict):
             raise _invalid(f"the list {'.'.join(names)} holds a non-object item: {item!r}")
         if key not in item:
-            raise _invalid(f"map: {item} does not contain declared merge key: {key}")
+            shown = " ".join(f"{k}:{v}" for k, v in sorted(item.items()))
+            raise StatusError(
+                500, "", f"map: map[{shown}] does not contain declared merge key: {key}"
+            )
         before = by_key.get(item[key])
         result = _merge_map(before if isinstance(before, dict) else {}, item, names)
         if result is not MISSING:
@@ -134,9 +137,20 @@ def _merge_list(
     patched_keys = {i.get(key) for i in items} | deleted
     server_only = [i for i in original if not (isinstance(i, dict) and i.get(key) in patched_keys)]
     if order is not None:
+        # $setElementOrder lists the wanted order of the whole list (kubectl sends it): the
+        # items it names go in that order, the others keep their places around them.
         ranks = {(o.get(key) if isinstance(o, dict) else o): n for n, o in enumerate(order)}
-        merged.sort(key=lambda i: ranks.get(i.get(key), len(ranks)))
+        everything = merged + server_only
+        merged = sorted(
+            (i for i in everything if _rank(ranks, i, key) is not None),
+            key=lambda i: _rank(ranks, i, key) or 0,
+        )
+        server_only = [i for i in everything if _rank(ranks, i, key) is None]
     return _interleave(server_only, merged, original, key)
+
+
+def _rank(ranks: dict[Any, int], item: Any, key: str) -> int | None:
+    return ranks.get(item.get(key)) if isinstance(item, dict) else None
 
 
 def _interleave(left: list[Any], right: list[Any], server: list[Any], key: str | None) -> list[Any]:
