@@ -490,3 +490,89 @@ async def test_strategic_merge_on_deployment_containers(backend: Backend) -> Non
         path, {"spec": {"template": {"spec": {"containers": [{"name": "m", "image": "y"}]}}}}
     )
     assert containers(merged) == [("m", "y", [], [])]
+
+
+# ------------------------------------------------------------------------------ scale
+
+
+async def test_deployment_scale_subresource(backend: Backend) -> None:
+    ns = backend.namespace
+    path = deployment_path(backend, "sc")
+    await applied(backend, path, deployment("sc", [{"name": "main", "image": "nginx"}]), "op")
+    scale = await backend.ok("GET", f"{path}/scale")
+    assert {k: v for k, v in scale["metadata"].items() if k in ("name", "namespace")} == {
+        "name": "sc",
+        "namespace": ns,
+    }
+    assert set(scale["metadata"]) == {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    }
+    assert {k: v for k, v in scale.items() if k != "metadata"} == {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "spec": {"replicas": 1},
+        "status": {"replicas": 0, "selector": "app=sc"},
+    }
+
+    scaled = await backend.ok(
+        "PATCH",
+        f"{path}/scale",
+        {"spec": {"replicas": 3}},
+        content_type=MERGE,
+        params={"fieldManager": "hpa"},
+    )
+    assert scaled["spec"] == {"replicas": 3}
+    deployment_now = await backend.ok("GET", path)
+    assert deployment_now["spec"]["replicas"] == 3
+    assert deployment_now["metadata"]["generation"] == 2
+    # 1.20 records nothing for writes through the Scale: the applier still owns replicas.
+    assert [(e["manager"], e["operation"]) for e in entries(deployment_now)] == [("op", "Apply")]
+
+    scale_body = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "sc"}}
+    response = await apply(backend, f"{path}/scale", {**scale_body, "spec": {"replicas": 4}}, "hpa")
+    assert response.json() == conflict(
+        ('"before-first-apply" using autoscaling/v1', ".spec.replicas")
+    )
+    forced = await applied(
+        backend, f"{path}/scale", {**scale_body, "spec": {"replicas": 4}}, "hpa", force=True
+    )
+    assert forced["spec"] == {"replicas": 4}
+
+    response = await backend.request(
+        "PUT", f"{path}/scale", {**scale_body, "spec": {"replicas": 2}}
+    )
+    assert response.status_code == 422
+    assert (
+        response.json()["message"]
+        == 'Scale.autoscaling "sc" is invalid: metadata.namespace: Required value'
+    )
+    replaced = await backend.ok(
+        "PUT",
+        f"{path}/scale",
+        {**scale_body, "metadata": {"name": "sc", "namespace": ns}, "spec": {"replicas": 2}},
+    )
+    assert replaced["spec"] == {"replicas": 2}
+
+    response = await backend.request("GET", f"{deployment_path(backend, 'nope')}/scale")
+    assert response.status_code == 404
+    assert response.json()["details"] == {
+        "name": "nope",
+        "group": "apps",
+        "kind": "deployments/scale",
+    }
+    assert response.json()["message"] == 'deployments/scale.apps "nope" not found'
+
+    discovery = await backend.ok("GET", "/apis/apps/v1")
+    assert {
+        "name": "deployments/scale",
+        "singularName": "",
+        "namespaced": True,
+        "group": "autoscaling",
+        "version": "v1",
+        "kind": "Scale",
+        "verbs": ["get", "patch", "update"],
+    } in discovery["resources"]

@@ -881,6 +881,7 @@ class FakeAPI:
             raise resource_not_found()
         if subresource is not None and not (
             (subresource == "status" and res.status_subresource)
+            or (subresource == "scale" and res.scale_subresource)
             or (subresource == "finalize" and res.key == ("", "namespaces"))
         ):
             raise resource_not_found()
@@ -915,6 +916,8 @@ class FakeAPI:
             if method != "PUT":
                 raise _method_not_allowed()
             return self._finalize_namespace(request, res, name)
+        if subresource == "scale":
+            return self._scale(request, res, namespace, name)
         if method == "GET":
             if watching and subresource is None:
                 return self._watch(request, res, version, namespace, name)
@@ -957,6 +960,28 @@ class FakeAPI:
             if result.get("kind") != "Status":
                 result = _present(result, res, version)
             return _json(200, result)
+        raise _method_not_allowed()
+
+    def _scale(
+        self, request: Request, res: ResourceDef, namespace: str | None, name: str
+    ) -> Response:
+        if request.method == "GET":
+            return _json(200, self.store.get_scale(res, namespace, name))
+        if request.method == "PUT":
+            return _json(
+                200, self.store.replace_scale(res, namespace, name, _decode_body(request.body))
+            )
+        if request.method == "PATCH":
+            scale = self.store.patch_scale(
+                res,
+                namespace,
+                name,
+                request.headers.get("content-type", ""),
+                request.body,
+                manager=request.param("fieldManager"),
+                force=request.param("force") in _TRUE,
+            )
+            return _json(200, scale)
         raise _method_not_allowed()
 
     @staticmethod

@@ -58,6 +58,12 @@ from trioperator.testing._fakestore.managedfields import (
     encode_managers,
     record_update,
 )
+from trioperator.testing._fakestore.scale import (
+    SCALE_API_VERSION,
+    replicas_of,
+    scale_not_found,
+    scale_of,
+)
 from trioperator.testing._fakestore.selectors import FieldSelector, LabelSelector
 from trioperator.testing._fakestore.strategic import strategic_merge
 from trioperator.testing._fakestore.values import (
@@ -233,6 +239,33 @@ def _manager_required() -> StatusError:
             ],
         },
     )
+
+
+def _patched(current: Obj, content_type: str, data: bytes) -> Any:
+    """``current`` (a private copy) with a JSON, merge or strategic merge patch applied."""
+    if content_type == "application/json-patch+json":
+        try:
+            operations = DECODE.decode(data)
+        except msgspec.DecodeError as exc:
+            raise bad_request(str(exc)) from None
+        if not isinstance(operations, list):
+            raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+        try:
+            return apply_json_patch(current, operations)
+        except JSONPatchError:
+            raise StatusError(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+                {},
+            ) from None
+    try:
+        patch = DECODE.decode(data)
+    except msgspec.DecodeError:
+        raise StatusError(500, "", "Invalid JSON Patch") from None
+    if content_type == "application/strategic-merge-patch+json":
+        return strategic_merge(current, patch)
+    return apply_merge_patch(current, patch)
 
 
 def _decode_config(data: bytes) -> Any:
@@ -692,34 +725,7 @@ class Store:
                 )
             raise StatusError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
         old = self.get(res, namespace, name)
-        current = clone(old)
-        if content_type == "application/json-patch+json":
-            try:
-                operations = DECODE.decode(data)
-            except msgspec.DecodeError as exc:
-                raise bad_request(str(exc)) from None
-            if not isinstance(operations, list):
-                raise bad_request(
-                    "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
-                )
-            try:
-                patched = apply_json_patch(current, operations)
-            except JSONPatchError:
-                raise StatusError(
-                    422,
-                    "Invalid",
-                    "the server rejected our request due to an error in our request",
-                    {},
-                ) from None
-        else:
-            try:
-                patch = DECODE.decode(data)
-            except msgspec.DecodeError:
-                raise StatusError(500, "", "Invalid JSON Patch") from None
-            if content_type == "application/strategic-merge-patch+json":
-                patched = strategic_merge(current, patch)
-            else:
-                patched = apply_merge_patch(current, patch)
+        patched = _patched(clone(old), content_type, data)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
             raise bad_request("the patched object is not a Kubernetes object")
         meta = patched["metadata"]
@@ -827,6 +833,84 @@ class Store:
         )
         managed = encode_managers(managers, custom=res.custom)
         return self._update(res, old, merged, subresource=subresource, managed=managed)
+
+    # ------------------------------------------------------------------ the scale subresource
+
+    def get_scale(self, res: ResourceDef, namespace: str | None, name: str) -> Obj:
+        obj = self.peek(res, namespace, name)
+        if obj is None:
+            raise scale_not_found(res, name)
+        return scale_of(obj)
+
+    def replace_scale(self, res: ResourceDef, namespace: str | None, name: str, body: Any) -> Obj:
+        self.get_scale(res, namespace, name)
+        return self._write_scale(res, namespace, name, body)
+
+    def patch_scale(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        data: bytes,
+        *,
+        manager: str | None = None,
+        force: bool = False,
+    ) -> Obj:
+        """Patch or apply to the Scale; 1.20 keeps no managed fields for it, so an apply
+        conflicts with ``before-first-apply`` over any value it changes, unless forced."""
+        current = self.get_scale(res, namespace, name)
+        content_type = content_type.split(";")[0].strip().lower()
+        if content_type == APPLY_PATCH:
+            if not manager:
+                raise _manager_required()
+            config = _decode_config(data)
+            api_version = config.get("apiVersion") if isinstance(config, dict) else None
+            if api_version != SCALE_API_VERSION:
+                raise bad_request(
+                    "Incorrect version specified in apply patch. Specified patch version:"
+                    f" {api_version or ''}, expected: {SCALE_API_VERSION}"
+                )
+            managers: Managers = {}
+            adopt_existing(
+                managers,
+                current,
+                {"metadata": {}, "spec": {}, "status": {}},
+                api_version=SCALE_API_VERSION,
+                shapes=_BUILTIN_SHAPES,
+                now=self.now,
+            )
+            scale = apply_config(
+                managers,
+                current,
+                config,
+                manager=manager,
+                api_version=SCALE_API_VERSION,
+                force=force,
+                shapes=_BUILTIN_SHAPES,
+                now=self.now,
+            )
+        elif content_type in (
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ):
+            scale = _patched(current, content_type, data)
+        else:
+            raise StatusError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+        return self._write_scale(res, namespace, name, scale)
+
+    def _write_scale(self, res: ResourceDef, namespace: str | None, name: str, scale: Any) -> Obj:
+        replicas = replicas_of(res, scale, name)
+        old = self.get(res, namespace, name)
+        rv = scale["metadata"].get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise conflict(res, name)
+        new = clone(old)
+        new.setdefault("spec", {})["replicas"] = replicas
+        # Writes through the Scale leave the object's managed fields as they are (as in 1.20).
+        managed = old["metadata"].get("managedFields")
+        return scale_of(self._update(res, old, new, subresource=None, managed=managed))
 
     def _track_update(
         self,
