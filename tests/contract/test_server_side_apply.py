@@ -317,6 +317,18 @@ async def test_apply_to_a_custom_resource_and_its_status(backend: Backend) -> No
         entry("w", "Apply", {"f:spec": {".": {}, "f:a": {}}}, f"{GROUP}/v1"),
     ]
 
+    # As in 1.20, the main resource ignores an applied status but its manager owns it.
+    with_status = await applied(
+        backend, path, backend.widget("aw", spec={"a": 1}, status={"seen": True}), "w"
+    )
+    assert with_status["status"] == {"ready": True}
+    assert entries(with_status)[1] == entry(
+        "w",
+        "Apply",
+        {"f:spec": {".": {}, "f:a": {}}, "f:status": {".": {}, "f:seen": {}}},
+        f"{GROUP}/v1",
+    )
+
     emptied = await applied(backend, path, backend.widget("aw"), "w")
     assert "spec" not in emptied
     assert [e["manager"] for e in entries(emptied)] == ["statuser"]
@@ -576,3 +588,66 @@ async def test_deployment_scale_subresource(backend: Backend) -> None:
         "kind": "Scale",
         "verbs": ["get", "patch", "update"],
     } in discovery["resources"]
+
+
+# ------------------------------------------------------------------------------ metadata lists
+
+
+async def test_owner_references_and_finalizers_merge_between_appliers(backend: Backend) -> None:
+    path = backend.cm_path("own")
+
+    def owner(uid: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "name": f"p-{uid}", "uid": uid}
+
+    uid_a, uid_b = "00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"
+    first = {"ownerReferences": [owner(uid_a)], "finalizers": ["x.dev/a"]}
+    second = {"ownerReferences": [{**owner(uid_b), "controller": True}], "finalizers": ["x.dev/b"]}
+    await applied(backend, path, cm("own", metadata=first), "a")
+    both = await applied(backend, path, cm("own", metadata=second), "b")
+    assert [r["uid"] for r in both["metadata"]["ownerReferences"]] == [uid_a, uid_b]
+    assert both["metadata"]["finalizers"] == ["x.dev/a", "x.dev/b"]
+    assert entries(both) == [
+        entry(
+            "a",
+            "Apply",
+            {
+                "f:metadata": {
+                    "f:finalizers": {'v:"x.dev/a"': {}},
+                    "f:ownerReferences": {
+                        f'k:{{"uid":"{uid_a}"}}': {
+                            ".": {},
+                            "f:apiVersion": {},
+                            "f:kind": {},
+                            "f:name": {},
+                            "f:uid": {},
+                        }
+                    },
+                }
+            },
+        ),
+        entry(
+            "b",
+            "Apply",
+            {
+                "f:metadata": {
+                    "f:finalizers": {'v:"x.dev/b"': {}},
+                    "f:ownerReferences": {
+                        f'k:{{"uid":"{uid_b}"}}': {
+                            ".": {},
+                            "f:apiVersion": {},
+                            "f:controller": {},
+                            "f:kind": {},
+                            "f:name": {},
+                            "f:uid": {},
+                        }
+                    },
+                }
+            },
+        ),
+    ]
+    # "a" lets go of its owner and finalizer: only its own go.
+    alone = await applied(backend, path, cm("own"), "a")
+    assert [r["uid"] for r in alone["metadata"]["ownerReferences"]] == [uid_b]
+    assert alone["metadata"]["finalizers"] == ["x.dev/b"]
+    # Clean up: the finalizer would keep the namespace from going away.
+    await applied(backend, path, cm("own"), "b")
