@@ -351,22 +351,27 @@ class FakeAPI:
     """A compact but faithful emulation of the kube-apiserver behaviours operators rely on.
 
     Serves discovery, namespaces, configmaps, secrets, pods (no kubelet: they stay Pending),
-    core and ``events.k8s.io`` events, leases, webhook configurations and CRDs (a created CRD
-    is established at once and its custom resource becomes servable; deleting it removes
-    them). Objects get resourceVersions from one global counter, uids, creation timestamps and
-    generations; lists support label/field selectors and limit/continue paging; watches
-    support resourceVersion resumption from a bounded history (410 ERROR event when too old),
-    bookmarks and timeouts; writes support PUT, merge, strategic-merge (as plain merge) and
-    JSON patches, status subresources, finalizers and deletion timestamps.
+    deployments (no controller: no ReplicaSets), core and ``events.k8s.io`` events, leases,
+    webhook configurations and CRDs (a created CRD is established at once and its custom
+    resource becomes servable; deleting it removes them). Objects get resourceVersions from
+    one global counter, uids, creation timestamps and generations; lists support label/field
+    selectors and limit/continue paging; watches support resourceVersion resumption from a
+    bounded history (410 ERROR event when too old), bookmarks and timeouts; writes support
+    PUT, merge, strategic-merge and JSON patches, server-side apply with field managers and
+    ``managedFields``, status and scale subresources, finalizers and deletion timestamps.
 
     Known differences from kube-apiserver 1.20 (the contract tests pin the rest):
 
-    - No ``managedFields``, admission webhooks, RBAC, schema validation/pruning of custom
-      resources, conversion between versions (only ``apiVersion`` changes), or defaulting
-      beyond a few fields. Server-side apply is answered with 415; ``dryRun`` is ignored
-      (the write happens).
-    - Strategic-merge patches merge like JSON merge patches (lists are replaced, not merged
-      by key).
+    - No admission webhooks, RBAC, schema validation/pruning of custom resources,
+      conversion between versions (only ``apiVersion`` changes), or defaulting beyond a few
+      fields (e.g. a Deployment's containers get no ``imagePullPolicy``, so no manager owns
+      one). ``dryRun`` is ignored (the write happens).
+    - ``managedFields`` are recorded only once an object is applied to or written with a
+      ``fieldManager`` (always with ``track_managed_fields=True``); Update managers are not
+      capped at 10 (no ``ancient-changes``). Custom resources are treated as schemaless
+      (``x-kubernetes-preserve-unknown-fields``): their lists are atomic for apply. Only the
+      merge keys of the built-in kinds' common lists are known (containers, env, volumes,
+      ports, ownerReferences, conditions, ...); other lists of built-in kinds are atomic.
     - Namespace deletion behaves as with kube-controller-manager running: contents are deleted
       at once (their finalizers honoured) and the namespace vanishes when empty; a bare 1.20
       API server leaves it Terminating forever. Deleting a CRD removes its objects at once,
