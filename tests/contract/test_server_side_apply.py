@@ -152,6 +152,41 @@ async def test_apply_needs_a_manager_and_a_typed_body(backend: Backend) -> None:
     )
     assert (await backend.request("GET", backend.cm_path("nm"))).status_code == 404
 
+    managed = cm("nm", metadata={"managedFields": [{"manager": "x"}]})
+    response = await apply(backend, backend.cm_path("nm"), managed, "m")
+    assert (response.status_code, response.json()["message"]) == (
+        400,
+        "metadata.managedFields must be nil",
+    )
+    response = await apply(backend, backend.cm_path("nm"), [cm("nm")], "m")
+    assert response.status_code == 400
+    assert response.json()["message"] == (
+        "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot"
+        " unmarshal array into Go value of type map[string]interface {}"
+    )
+
+    # force is for applies only.
+    await backend.ok("POST", backend.cm_path(), cm("nm"))
+    response = await backend.request(
+        "PATCH",
+        backend.cm_path("nm"),
+        {"data": {"a": "1"}},
+        content_type=MERGE,
+        params={"fieldManager": "m", "force": "true"},
+    )
+    assert response.status_code == 422
+    assert response.json()["details"] == {
+        "group": "meta.k8s.io",
+        "kind": "PatchOptions",
+        "causes": [
+            {
+                "reason": "FieldValueForbidden",
+                "message": "Forbidden: may not be specified for non-apply patch",
+                "field": "force",
+            }
+        ],
+    }
+
 
 async def test_apply_removes_what_its_manager_stops_applying(backend: Backend) -> None:
     path = backend.cm_path("rm")

@@ -342,6 +342,7 @@ class FakeAPIThread:
         bookmark_interval: float = 60.0,
         history_limit: int = 1000,
         tokens: Sequence[str] | None = None,
+        track_managed_fields: bool = False,
     ) -> None:
         self._options: dict[str, Any] = {
             "host": host,
@@ -349,6 +350,7 @@ class FakeAPIThread:
             "bookmark_interval": bookmark_interval,
             "history_limit": history_limit,
             "tokens": tokens,
+            "track_managed_fields": track_managed_fields,
         }
         self._api: FakeAPI | None = None
         self._token: trio.lowlevel.TrioToken | None = None

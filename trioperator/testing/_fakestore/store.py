@@ -226,16 +226,24 @@ def _zero(res: ResourceDef) -> Obj:
 
 
 def _manager_required() -> StatusError:
-    message = "Required value: is required for apply patch"
+    return _patch_option_invalid("fieldManager", "is required for apply patch", required=True)
+
+
+def _patch_option_invalid(field: str, detail: str, *, required: bool = False) -> StatusError:
+    message = f"{'Required value' if required else 'Forbidden'}: {detail}"
     return StatusError(
         422,
         "Invalid",
-        f'PatchOptions.meta.k8s.io "" is invalid: fieldManager: {message}',
+        f'PatchOptions.meta.k8s.io "" is invalid: {field}: {message}',
         {
             "group": "meta.k8s.io",
             "kind": "PatchOptions",
             "causes": [
-                {"reason": "FieldValueRequired", "message": message, "field": "fieldManager"}
+                {
+                    "reason": "FieldValueRequired" if required else "FieldValueForbidden",
+                    "message": message,
+                    "field": field,
+                }
             ],
         },
     )
@@ -268,16 +276,33 @@ def _patched(current: Obj, content_type: str, data: bytes) -> Any:
     return apply_merge_patch(current, patch)
 
 
-def _decode_config(data: bytes) -> Any:
-    """An apply configuration: JSON, or YAML (which JSON is a subset of, but slower to read)."""
+def _decode_config(data: bytes) -> Obj:
+    """An apply configuration (an object): JSON, or YAML, which JSON is a subset of."""
     try:
-        return DECODE.decode(data)
+        config = DECODE.decode(data)
     except msgspec.DecodeError:
-        pass
-    try:
-        return yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise bad_request(f"error decoding YAML: {exc}") from None
+        try:
+            config = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise bad_request(f"error decoding YAML: {exc}") from None
+    if not isinstance(config, dict):
+        raise bad_request(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot"
+            f" unmarshal {_json_kind(config)} into Go value of type map[string]interface {{}}"
+        )
+    return config
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "null"
 
 
 class Store:
@@ -711,6 +736,8 @@ class Store:
             return self.apply(
                 res, namespace, name, data, manager=manager, force=force, subresource=subresource
             )
+        if force:
+            raise _patch_option_invalid("force", "may not be specified for non-apply patch")
         supported = ["application/json-patch+json", "application/merge-patch+json"]
         if not res.custom:
             supported.append("application/strategic-merge-patch+json")
@@ -758,13 +785,13 @@ class Store:
         if not manager:
             raise _manager_required()
         config = _decode_config(data) if isinstance(data, bytes) else clone(data)
-        if not isinstance(config, dict):
-            raise bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
         meta = config.get("metadata")
         if meta is None:
             meta = config["metadata"] = {}
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
+        if meta.get("managedFields") is not None:
+            raise bad_request("metadata.managedFields must be nil")
         if meta.get("name", name) != name:
             raise name_mismatch(meta.get("name"), name)
         if res.namespaced and meta.get("namespace", namespace) != namespace:
@@ -865,7 +892,7 @@ class Store:
             if not manager:
                 raise _manager_required()
             config = _decode_config(data)
-            api_version = config.get("apiVersion") if isinstance(config, dict) else None
+            api_version = config.get("apiVersion")
             if api_version != SCALE_API_VERSION:
                 raise bad_request(
                     "Incorrect version specified in apply patch. Specified patch version:"
