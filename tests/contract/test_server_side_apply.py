@@ -469,7 +469,9 @@ async def test_strategic_merge_on_deployment_containers(backend: Backend) -> Non
         "ports": [{"containerPort": 80}],
         "env": [{"name": "A", "value": "1"}],
     }
-    await backend.ok("POST", deployment_path(backend), deployment("smp", [main]))
+    created = await backend.ok("POST", deployment_path(backend), deployment("smp", [main]))
+    assert created["status"] == {}
+    assert created["metadata"]["generation"] == 1
     path = deployment_path(backend, "smp")
 
     patched = await backend.patch(
@@ -686,3 +688,32 @@ async def test_owner_references_and_finalizers_merge_between_appliers(backend: B
     assert alone["metadata"]["finalizers"] == ["x.dev/b"]
     # Clean up: the finalizer would keep the namespace from going away.
     await applied(backend, path, cm("own"), "b")
+
+
+# ------------------------------------------------------------------------------ watches
+
+
+async def test_watchers_see_applies_that_change_something_only(backend: Backend) -> None:
+    # An operator that applies its children on every run must not wake itself up again.
+    path = backend.cm_path("wa")
+    body = cm("wa", metadata={"labels": {"watched": "yes"}}, data={"a": "1"})
+    start = (await backend.ok("GET", backend.cm_path()))["metadata"]["resourceVersion"]
+
+    async def applies() -> None:
+        await applied(backend, path, body, "op")
+        await applied(backend, path, body, "op")
+        await applied(backend, path, {**body, "data": {"a": "2"}}, "op")
+
+    events = await backend.watch(
+        backend.cm_path(),
+        {"resourceVersion": start, "labelSelector": "watched=yes"},
+        count=2,
+        during=applies,
+    )
+    assert [(e["type"], e["object"]["data"]["a"]) for e in events] == [
+        ("ADDED", "1"),
+        ("MODIFIED", "2"),
+    ]
+    assert entries(events[1]["object"]) == [
+        entry("op", "Apply", {"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:watched": {}}}})
+    ]

@@ -669,6 +669,8 @@ class Store:
             body["status"] = {"phase": "Active"}
         elif res.key == ("", "pods"):
             body["status"] = {"phase": "Pending"}
+        elif res.key == ("apps", "deployments"):
+            body["status"] = {}  # no controller fills it in
         elif res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._prepare_crd(res, body, None)
 
