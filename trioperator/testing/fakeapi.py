@@ -701,6 +701,31 @@ class FakeAPI:
             resource, apply_merge_patch(self.get_object(resource, name, namespace), patch)
         )
 
+    def apply_object(
+        self,
+        resource: str,
+        body: Obj,
+        *,
+        manager: str,
+        force: bool = False,
+        namespace: str | None = None,
+    ) -> Obj:
+        """Server-side apply ``body`` as field manager ``manager``, as a PATCH would.
+
+        Creates the object if absent. Raises :class:`StatusError` (409) when it would change
+        fields that other managers own, unless ``force``: e.g. to play a user's ``kubectl
+        apply --server-side`` against an operator's children.
+        """
+        res = self.resource(resource)
+        meta = body.get("metadata") or {}
+        if namespace is None and res.namespaced:
+            namespace = meta.get("namespace")
+        return _copy(
+            self.store.apply(
+                res, namespace, str(meta.get("name", "")), body, manager=manager, force=force
+            )
+        )
+
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> None:
         """Delete as a DELETE would: objects with finalizers only get a deletionTimestamp."""
         self.store.delete(self.resource(resource), namespace, name)

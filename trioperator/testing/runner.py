@@ -442,6 +442,21 @@ class FakeAPIThread:
     ) -> Obj:
         return self.call(lambda api: api.patch_object(resource, name, patch, namespace))
 
+    def apply_object(
+        self,
+        resource: str,
+        body: Obj,
+        *,
+        manager: str,
+        force: bool = False,
+        namespace: str | None = None,
+    ) -> Obj:
+        return self.call(
+            lambda api: api.apply_object(
+                resource, body, manager=manager, force=force, namespace=namespace
+            )
+        )
+
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> None:
         self.call(lambda api: api.delete_object(resource, name, namespace))
 
