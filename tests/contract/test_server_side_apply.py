@@ -717,3 +717,37 @@ async def test_watchers_see_applies_that_change_something_only(backend: Backend)
     assert entries(events[1]["object"]) == [
         entry("op", "Apply", {"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {"f:watched": {}}}})
     ]
+
+
+async def test_managed_fields_sent_with_an_update(backend: Backend) -> None:
+    path = backend.cm_path("mf")
+    await applied(backend, path, cm("mf", data={"a": "1"}), "op")
+    given = {
+        "manager": "given",
+        "operation": "Update",
+        "apiVersion": "v1",
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:data": {"f:q": {}}},
+    }
+    # Valid entries replace the recorded ones (then the update is recorded on top).
+    replaced = await backend.ok(
+        "PATCH",
+        path,
+        {"metadata": {"managedFields": [given]}, "data": {"b": "1"}},
+        content_type=MERGE,
+        params={"fieldManager": "editor"},
+    )
+    assert entries(replaced) == [given, entry("editor", "Update", {"f:data": {"f:b": {}}})]
+    # Undecodable ones are ignored whole: the recorded ones stay.
+    undecodable = {k: v for k, v in given.items() if k != "fieldsType"}
+    ignored = await backend.ok(
+        "PATCH",
+        path,
+        {"metadata": {"managedFields": [undecodable]}, "data": {"c": "1"}},
+        content_type=MERGE,
+        params={"fieldManager": "editor"},
+    )
+    assert entries(ignored) == [
+        given,
+        entry("editor", "Update", {"f:data": {"f:b": {}, "f:c": {}}}),
+    ]

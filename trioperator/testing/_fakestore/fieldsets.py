@@ -16,7 +16,6 @@ for the OpenAPI schemas of the built-in kinds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any, Literal
 
 from trioperator.testing._fakestore.values import JSON, Obj
@@ -328,8 +327,3 @@ def path_text(path: Path) -> str:
 def prefixes(paths: FieldSet) -> set[Path]:
     """Every proper ancestor of the given paths."""
     return {path[:n] for path in paths for n in range(1, len(path))}
-
-
-def iter_items(value: list[JSON], kind: ListKind) -> Iterator[tuple[str, JSON]]:
-    for index, item in enumerate(value):
-        yield item_element(item, kind, index), item

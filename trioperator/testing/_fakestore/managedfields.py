@@ -79,20 +79,39 @@ Managers = dict[tuple[str, str, str], Manager]
 
 
 def decode_managers(obj: Obj) -> Managers:
+    """The managers recorded in an object; none at all if any entry is malformed.
+
+    An update may carry managedFields of its own; the apiserver ignores them whole, keeping
+    the recorded ones, unless every entry can be decoded. (It refuses an update whose
+    entries decode but are invalid otherwise, e.g. an unknown operation: the fake ignores
+    those too.)
+    """
     managers: Managers = {}
     entries = (obj.get("metadata") or {}).get("managedFields") or []
-    for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("manager"), str):
-            continue
+    if not isinstance(entries, list):
+        return {}
+    for entry in entries:
+        if not _valid_entry(entry):
+            return {}
         manager = Manager(
             name=entry["manager"],
-            operation=str(entry.get("operation", "Update")),
+            operation=entry["operation"],
             api_version=str(entry.get("apiVersion", "")),
             time=entry.get("time"),
             fields=decode_fields(entry.get("fieldsV1")),
         )
         managers[manager.key] = manager
     return managers
+
+
+def _valid_entry(entry: Any) -> bool:
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("manager"), str)
+        and entry.get("operation") in ("Apply", "Update")
+        and entry.get("fieldsType") == "FieldsV1"
+        and isinstance(entry.get("fieldsV1", {}), dict)
+    )
 
 
 def encode_managers(managers: Managers, *, custom: bool) -> list[Obj]:
