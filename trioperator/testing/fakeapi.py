@@ -928,7 +928,7 @@ class FakeAPI:
                     res,
                     namespace,
                     self._body(request, res),
-                    manager=request.param("fieldManager"),
+                    manager=request.param("fieldManager") or None,
                     default_manager=_default_manager(request),
                 )
                 return _json(201, _present(created, res, version))
@@ -959,7 +959,7 @@ class FakeAPI:
                 name,
                 self._body(request, res),
                 subresource=subresource,
-                manager=request.param("fieldManager"),
+                manager=request.param("fieldManager") or None,
                 default_manager=_default_manager(request),
             )
             return _json(200, _present(replaced, res, version))
@@ -967,7 +967,7 @@ class FakeAPI:
             content_type = request.headers.get("content-type", "")
             # An apply that creates answers 201, like a POST.
             creating = (
-                content_type.startswith(APPLY_PATCH)
+                content_type.lower().startswith(APPLY_PATCH)
                 and self.store.peek(res, namespace, name) is None
             )
             patched = self.store.patch(
@@ -977,7 +977,7 @@ class FakeAPI:
                 content_type,
                 request.body,
                 subresource=subresource,
-                manager=request.param("fieldManager"),
+                manager=request.param("fieldManager") or None,
                 default_manager=_default_manager(request),
                 force=request.param("force") in _TRUE,
             )
@@ -1008,7 +1008,7 @@ class FakeAPI:
                 name,
                 request.headers.get("content-type", ""),
                 request.body,
-                manager=request.param("fieldManager"),
+                manager=request.param("fieldManager") or None,
                 force=request.param("force") in _TRUE,
             )
             return _json(200, scale)
