@@ -930,6 +930,7 @@ class FakeAPI:
                     self._body(request, res),
                     manager=request.param("fieldManager") or None,
                     default_manager=_default_manager(request),
+                    version=version,
                 )
                 return _json(201, _present(created, res, version))
             if method == "DELETE" and (namespace is not None or not res.namespaced):
@@ -961,6 +962,7 @@ class FakeAPI:
                 subresource=subresource,
                 manager=request.param("fieldManager") or None,
                 default_manager=_default_manager(request),
+                version=version,
             )
             return _json(200, _present(replaced, res, version))
         if method == "PATCH":
@@ -979,6 +981,7 @@ class FakeAPI:
                 subresource=subresource,
                 manager=request.param("fieldManager") or None,
                 default_manager=_default_manager(request),
+                version=version,
                 force=request.param("force") in _TRUE,
             )
             return _json(201 if creating else 200, _present(patched, res, version))

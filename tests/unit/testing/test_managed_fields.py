@@ -241,3 +241,38 @@ def test_track_managed_fields_records_every_write(store: Store) -> None:
     res = store.resolve("configmaps")
     created = store.create(res, "default", cm(data={"a": "1"}), default_manager="python-httpx")
     assert owners(created) == {("python-httpx", "Update"): {".data", ".data.a"}}
+
+
+def test_managers_record_the_version_of_their_requests(store: Store) -> None:
+    versions = [
+        {"name": name, "served": True, "storage": name == "v1"} for name in ("v1", "v1beta1")
+    ]
+    crd = {
+        "metadata": {"name": "things.x.dev"},
+        "spec": {
+            "group": "x.dev",
+            "scope": "Namespaced",
+            "names": {"plural": "things", "kind": "Thing"},
+            "versions": versions,
+        },
+    }
+    store.create(store.resolve("customresourcedefinitions"), None, crd)
+    res = store.resolve("things.x.dev")
+    beta = {"apiVersion": "x.dev/v1beta1", "kind": "Thing", "metadata": {"name": "t"}}
+    with pytest.raises(StatusError) as raised:
+        store.apply(res, "default", "t", beta, manager="m")  # the request is for v1
+    assert raised.value.message == (
+        "Incorrect version specified in apply patch. Specified patch version: x.dev/v1beta1,"
+        " expected: x.dev/v1"
+    )
+    store.apply(res, "default", "t", {**beta, "spec": {"a": 1}}, manager="m", version="v1beta1")
+    patched = store.patch(
+        res, "default", "t", MERGE, b'{"spec":{"b":2}}', manager="editor", version="v1beta1"
+    )
+    assert [(e["manager"], e["apiVersion"]) for e in patched["metadata"]["managedFields"]] == [
+        ("m", "x.dev/v1beta1"),
+        ("editor", "x.dev/v1beta1"),
+    ]
+    with pytest.raises(StatusError) as raised:
+        store.apply(res, "default", "t", {**beta, "spec": {"b": 3}}, manager="m", version="v1beta1")
+    assert raised.value.message.endswith('conflict with "editor" using x.dev/v1beta1: .spec.b')

@@ -563,11 +563,13 @@ class Store:
         manager: str | None = None,
         default_manager: str = DEFAULT_MANAGER,
         managed_fields: list[Obj] | None = None,
+        version: str | None = None,
     ) -> Obj:
         """Create as a POST would; ``keep_status`` also stores the given status (test access).
 
         ``manager`` is the request's ``fieldManager``; ``managed_fields`` are set as they are
-        (an apply that creates).
+        (an apply that creates). ``version`` is the request's API version, which managed
+        fields record (the storage version by default).
         """
         if not isinstance(body, dict):
             raise bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
@@ -643,7 +645,7 @@ class Store:
                 _zero(res),
                 body,
                 manager=manager or default_manager,
-                api_version=res.api_version(),
+                api_version=res.api_version(version),
                 shapes=self.shapes(res),
                 now=self.now,
             )
@@ -686,6 +688,7 @@ class Store:
         subresource: str | None = None,
         manager: str | None = None,
         default_manager: str = DEFAULT_MANAGER,
+        version: str | None = None,
     ) -> Obj:
         """Replace as a PUT would; ``subresource="*"`` replaces status too (test access)."""
         if not isinstance(body, dict):
@@ -716,7 +719,7 @@ class Store:
                 ],
                 by_resource=True,
             )
-        managed = self._track_update(res, old, body, manager, default_manager)
+        managed = self._track_update(res, old, body, manager, default_manager, version)
         return self._update(res, old, body, subresource=subresource, managed=managed)
 
     def patch(
@@ -731,12 +734,20 @@ class Store:
         manager: str | None = None,
         default_manager: str = DEFAULT_MANAGER,
         force: bool = False,
+        version: str | None = None,
     ) -> Obj:
         """Patch as a PATCH would; server-side apply (``application/apply-patch+yaml``) too."""
         content_type = content_type.split(";")[0].strip().lower()
         if content_type == APPLY_PATCH:
             return self.apply(
-                res, namespace, name, data, manager=manager, force=force, subresource=subresource
+                res,
+                namespace,
+                name,
+                data,
+                manager=manager,
+                force=force,
+                subresource=subresource,
+                version=version,
             )
         if force:
             raise _patch_option_invalid("force", "may not be specified for non-apply patch")
@@ -763,7 +774,7 @@ class Store:
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise conflict(res, name)
-        managed = self._track_update(res, old, patched, manager, default_manager)
+        managed = self._track_update(res, old, patched, manager, default_manager, version)
         return self._update(res, old, patched, subresource=subresource, managed=managed)
 
     # ------------------------------------------------------------------ server-side apply
@@ -782,6 +793,7 @@ class Store:
         manager: str | None,
         force: bool = False,
         subresource: str | None = None,
+        version: str | None = None,
     ) -> Obj:
         """Server-side apply of a configuration (JSON or YAML) as ``manager``; creates if absent."""
         if not manager:
@@ -800,10 +812,10 @@ class Store:
             raise namespace_mismatch()
         # An applied configuration must say what it is: nothing is inferred from the URL.
         api_version = config.get("apiVersion") or ""
-        if api_version not in [res.api_version(v) for v in res.versions]:
+        if api_version != res.api_version(version):
             raise bad_request(
                 "Incorrect version specified in apply patch. Specified patch version:"
-                f" {api_version}, expected: {res.api_version()}"
+                f" {api_version}, expected: {res.api_version(version)}"
             )
         if not config.get("kind"):
             group_version = api_version if "/" in api_version else f"/{api_version}"
@@ -825,7 +837,7 @@ class Store:
                 {},
                 config,
                 manager=manager,
-                api_version=res.api_version(),
+                api_version=res.api_version(version),
                 force=force,
                 shapes=shapes,
                 now=self.now,
@@ -836,6 +848,7 @@ class Store:
                 namespace,
                 merged,
                 managed_fields=encode_managers(managers, custom=res.custom),
+                version=version,
             )
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
@@ -846,7 +859,7 @@ class Store:
                 managers,
                 old,
                 _zero(res),
-                api_version=res.api_version(),
+                api_version=res.api_version(version),
                 shapes=shapes,
                 now=self.now,
             )
@@ -855,7 +868,7 @@ class Store:
             old,
             config,
             manager=manager,
-            api_version=res.api_version(),
+            api_version=res.api_version(version),
             force=force,
             shapes=shapes,
             now=self.now,
@@ -948,6 +961,7 @@ class Store:
         new: Obj,
         manager: str | None,
         default_manager: str,
+        version: str | None = None,
     ) -> list[Obj] | None:
         """The managedFields after an update, or ``None`` when the object is not tracked.
 
@@ -970,7 +984,7 @@ class Store:
             old,
             new,
             manager=manager or default_manager,
-            api_version=res.api_version(),
+            api_version=res.api_version(version),
             shapes=self.shapes(res),
             now=self.now,
         )
