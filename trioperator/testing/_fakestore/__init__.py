@@ -1,9 +1,11 @@
 """The object store behind the fake Kubernetes API: pure logic, no I/O and no trio.
 
 ``store`` holds the objects and their semantics; ``catalogue`` the resources; ``selectors`` and
-``errors`` what lists, watches and failures look like. Patches are applied with the engine's
-own algorithms (``trioperator._engine.patches``). This package re-exports what the fake API
-server and the tests use.
+``errors`` what lists, watches and failures look like. Merge and JSON patches are applied with
+the engine's own algorithms (``trioperator._engine.patches``), strategic merge patches by
+``strategic``; server-side apply and field managers are ``fieldsets`` and ``managedfields``;
+``scale`` is the Scale subresource. This package re-exports what the fake API server and the
+tests use.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 It keeps objects per resource, a global resourceVersion counter, a bounded history of changes
 per resource (what the real API server's watch cache holds), and reproduces the parts of the
 kube-apiserver's storage semantics that operators depend on: system metadata, generations,
-preconditions, merge and JSON patches, status subresources, finalizers and graceful deletion.
+preconditions, merge, strategic merge and JSON patches, server-side apply and managed fields,
+status and scale subresources, finalizers and graceful deletion.
 Error texts mirror kube-apiserver 1.20, as checked by ``tests/contract``.
 
 Stored objects are never mutated in place: every write builds a new dict. That lets changes in
