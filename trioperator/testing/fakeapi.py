@@ -49,6 +49,8 @@ from trioperator._runtime.httpserver import (
 )
 from trioperator._util.clock import now as operator_now
 from trioperator.testing._fakestore import (
+    APPLY_PATCH,
+    DEFAULT_MANAGER,
     Change,
     FieldSelector,
     LabelSelector,
@@ -349,22 +351,27 @@ class FakeAPI:
     """A compact but faithful emulation of the kube-apiserver behaviours operators rely on.
 
     Serves discovery, namespaces, configmaps, secrets, pods (no kubelet: they stay Pending),
-    core and ``events.k8s.io`` events, leases, webhook configurations and CRDs (a created CRD
-    is established at once and its custom resource becomes servable; deleting it removes
-    them). Objects get resourceVersions from one global counter, uids, creation timestamps and
-    generations; lists support label/field selectors and limit/continue paging; watches
-    support resourceVersion resumption from a bounded history (410 ERROR event when too old),
-    bookmarks and timeouts; writes support PUT, merge, strategic-merge (as plain merge) and
-    JSON patches, status subresources, finalizers and deletion timestamps.
+    deployments (no controller: no ReplicaSets), core and ``events.k8s.io`` events, leases,
+    webhook configurations and CRDs (a created CRD is established at once and its custom
+    resource becomes servable; deleting it removes them). Objects get resourceVersions from
+    one global counter, uids, creation timestamps and generations; lists support label/field
+    selectors and limit/continue paging; watches support resourceVersion resumption from a
+    bounded history (410 ERROR event when too old), bookmarks and timeouts; writes support
+    PUT, merge, strategic-merge and JSON patches, server-side apply with field managers and
+    ``managedFields``, status and scale subresources, finalizers and deletion timestamps.
 
     Known differences from kube-apiserver 1.20 (the contract tests pin the rest):
 
-    - No ``managedFields``, admission webhooks, RBAC, schema validation/pruning of custom
-      resources, conversion between versions (only ``apiVersion`` changes), or defaulting
-      beyond a few fields. Server-side apply is answered with 415; ``dryRun`` is ignored
-      (the write happens).
-    - Strategic-merge patches merge like JSON merge patches (lists are replaced, not merged
-      by key).
+    - No admission webhooks, RBAC, schema validation/pruning of custom resources,
+      conversion between versions (only ``apiVersion`` changes), or defaulting beyond a few
+      fields (e.g. a Deployment's containers get no ``imagePullPolicy``, so no manager owns
+      one). ``dryRun`` is ignored (the write happens).
+    - ``managedFields`` are recorded only once an object is applied to or written with a
+      ``fieldManager`` (always with ``track_managed_fields=True``); Update managers are not
+      capped at 10 (no ``ancient-changes``). Custom resources are treated as schemaless
+      (``x-kubernetes-preserve-unknown-fields``): their lists are atomic for apply. Only the
+      merge keys of the built-in kinds' common lists are known (containers, env, volumes,
+      ports, ownerReferences, conditions, ...); other lists of built-in kinds are atomic.
     - Namespace deletion behaves as with kube-controller-manager running: contents are deleted
       at once (their finalizers honoured) and the namespace vanishes when empty; a bare 1.20
       API server leaves it Terminating forever. Deleting a CRD removes its objects at once,
@@ -390,6 +397,7 @@ class FakeAPI:
         history_limit: int = 1000,
         tokens: Iterable[str] | None = None,
         clock: Callable[[], datetime.datetime] | None = None,
+        track_managed_fields: bool = False,
     ) -> None:
         """
         :param bookmark_interval: seconds (trio time) between periodic watch bookmarks.
@@ -398,6 +406,10 @@ class FakeAPI:
         :param tokens: accepted bearer tokens; ``None`` accepts any request.
         :param clock: wall-clock time for timestamps; by default it advances with trio's clock
             from the real time of the first use, so a ``MockClock`` governs it too.
+        :param track_managed_fields: record ``metadata.managedFields`` on every write, as the
+            real server does. By default only writes that name a ``fieldManager``, applies,
+            and later writes to objects that have managed fields record them, so that tests
+            comparing whole objects are not concerned with them.
         """
         self.host = host
         self._bind_port = port
@@ -412,7 +424,11 @@ class FakeAPI:
         self._injections: list[Injection] = []
         self._pending_watch_errors: list[tuple[PathPattern, Obj]] = []
         self._watches: weakref.WeakSet[_WatchStream] = weakref.WeakSet()
-        self.store = Store(now=self._timestamp, history_limit=history_limit)
+        self.store = Store(
+            now=self._timestamp,
+            history_limit=history_limit,
+            track_managed_fields=track_managed_fields,
+        )
         """The object store itself, for what the convenience methods do not cover."""
         self.store.listeners.append(self._on_change)
         self.store.removal_listeners.append(self._on_resource_removed)
@@ -430,6 +446,7 @@ class FakeAPI:
         history_limit: int = 1000,
         tokens: Iterable[str] | None = None,
         clock: Callable[[], datetime.datetime] | None = None,
+        track_managed_fields: bool = False,
     ) -> AsyncIterator[FakeAPI]:
         """Serve a new fake for the duration of the ``async with`` block."""
         api = cls(
@@ -439,6 +456,7 @@ class FakeAPI:
             history_limit=history_limit,
             tokens=tokens,
             clock=clock,
+            track_managed_fields=track_managed_fields,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(api.run)
@@ -683,6 +701,31 @@ class FakeAPI:
             resource, apply_merge_patch(self.get_object(resource, name, namespace), patch)
         )
 
+    def apply_object(
+        self,
+        resource: str,
+        body: Obj,
+        *,
+        manager: str,
+        force: bool = False,
+        namespace: str | None = None,
+    ) -> Obj:
+        """Server-side apply ``body`` as field manager ``manager``, as a PATCH would.
+
+        Creates the object if absent. Raises :class:`StatusError` (409) when it would change
+        fields that other managers own, unless ``force``: e.g. to play a user's ``kubectl
+        apply --server-side`` against an operator's children.
+        """
+        res = self.resource(resource)
+        meta = body.get("metadata") or {}
+        if namespace is None and res.namespaced:
+            namespace = meta.get("namespace")
+        return _copy(
+            self.store.apply(
+                res, namespace, str(meta.get("name", "")), body, manager=manager, force=force
+            )
+        )
+
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> None:
         """Delete as a DELETE would: objects with finalizers only get a deletionTimestamp."""
         self.store.delete(self.resource(resource), namespace, name)
@@ -868,6 +911,7 @@ class FakeAPI:
             raise resource_not_found()
         if subresource is not None and not (
             (subresource == "status" and res.status_subresource)
+            or (subresource == "scale" and res.scale_subresource)
             or (subresource == "finalize" and res.key == ("", "namespaces"))
         ):
             raise resource_not_found()
@@ -880,7 +924,14 @@ class FakeAPI:
                     return self._watch(request, res, version, namespace, None)
                 return self._list(request, res, version, namespace)
             if method == "POST" and (namespace is not None or not res.namespaced):
-                created = self.store.create(res, namespace, self._body(request, res))
+                created = self.store.create(
+                    res,
+                    namespace,
+                    self._body(request, res),
+                    manager=request.param("fieldManager") or None,
+                    default_manager=_default_manager(request),
+                    version=version,
+                )
                 return _json(201, _present(created, res, version))
             if method == "DELETE" and (namespace is not None or not res.namespaced):
                 items, metadata = self.store.delete_collection(
@@ -896,21 +947,44 @@ class FakeAPI:
             if method != "PUT":
                 raise _method_not_allowed()
             return self._finalize_namespace(request, res, name)
+        if subresource == "scale":
+            return self._scale(request, res, namespace, name)
         if method == "GET":
             if watching and subresource is None:
                 return self._watch(request, res, version, namespace, name)
             return _json(200, _present(self.store.get(res, namespace, name), res, version))
         if method == "PUT":
             replaced = self.store.replace(
-                res, namespace, name, self._body(request, res), subresource=subresource
+                res,
+                namespace,
+                name,
+                self._body(request, res),
+                subresource=subresource,
+                manager=request.param("fieldManager") or None,
+                default_manager=_default_manager(request),
+                version=version,
             )
             return _json(200, _present(replaced, res, version))
         if method == "PATCH":
             content_type = request.headers.get("content-type", "")
-            patched = self.store.patch(
-                res, namespace, name, content_type, request.body, subresource=subresource
+            # An apply that creates answers 201, like a POST.
+            creating = (
+                content_type.lower().startswith(APPLY_PATCH)
+                and self.store.peek(res, namespace, name) is None
             )
-            return _json(200, _present(patched, res, version))
+            patched = self.store.patch(
+                res,
+                namespace,
+                name,
+                content_type,
+                request.body,
+                subresource=subresource,
+                manager=request.param("fieldManager") or None,
+                default_manager=_default_manager(request),
+                version=version,
+                force=request.param("force") in _TRUE,
+            )
+            return _json(201 if creating else 200, _present(patched, res, version))
         if method == "DELETE" and subresource is None:
             options = _decode_body(request.body)
             result = self.store.delete(
@@ -919,6 +993,28 @@ class FakeAPI:
             if result.get("kind") != "Status":
                 result = _present(result, res, version)
             return _json(200, result)
+        raise _method_not_allowed()
+
+    def _scale(
+        self, request: Request, res: ResourceDef, namespace: str | None, name: str
+    ) -> Response:
+        if request.method == "GET":
+            return _json(200, self.store.get_scale(res, namespace, name))
+        if request.method == "PUT":
+            return _json(
+                200, self.store.replace_scale(res, namespace, name, _decode_body(request.body))
+            )
+        if request.method == "PATCH":
+            scale = self.store.patch_scale(
+                res,
+                namespace,
+                name,
+                request.headers.get("content-type", ""),
+                request.body,
+                manager=request.param("fieldManager") or None,
+                force=request.param("force") in _TRUE,
+            )
+            return _json(200, scale)
         raise _method_not_allowed()
 
     @staticmethod
@@ -1051,6 +1147,12 @@ def _int_param(request: Request, name: str) -> int | None:
         return int(text)
     except ValueError:
         raise StatusError(400, "BadRequest", f"invalid {name}: {text!r}") from None
+
+
+def _default_manager(request: Request) -> str:
+    """The field manager of a write that names none: the User-Agent up to its first ``/``."""
+    agent = request.headers.get("user-agent", "")
+    return agent.split("/", 1)[0][:128] or DEFAULT_MANAGER
 
 
 def _method_not_allowed() -> StatusError:

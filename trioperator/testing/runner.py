@@ -342,6 +342,7 @@ class FakeAPIThread:
         bookmark_interval: float = 60.0,
         history_limit: int = 1000,
         tokens: Sequence[str] | None = None,
+        track_managed_fields: bool = False,
     ) -> None:
         self._options: dict[str, Any] = {
             "host": host,
@@ -349,6 +350,7 @@ class FakeAPIThread:
             "bookmark_interval": bookmark_interval,
             "history_limit": history_limit,
             "tokens": tokens,
+            "track_managed_fields": track_managed_fields,
         }
         self._api: FakeAPI | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -439,6 +441,21 @@ class FakeAPIThread:
         self, resource: str, name: str, patch: Obj, namespace: str | None = None
     ) -> Obj:
         return self.call(lambda api: api.patch_object(resource, name, patch, namespace))
+
+    def apply_object(
+        self,
+        resource: str,
+        body: Obj,
+        *,
+        manager: str,
+        force: bool = False,
+        namespace: str | None = None,
+    ) -> Obj:
+        return self.call(
+            lambda api: api.apply_object(
+                resource, body, manager=manager, force=force, namespace=namespace
+            )
+        )
 
     def delete_object(self, resource: str, name: str, namespace: str | None = None) -> None:
         self.call(lambda api: api.delete_object(resource, name, namespace))

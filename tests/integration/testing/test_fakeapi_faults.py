@@ -527,3 +527,39 @@ async def test_crd_deletion_ends_watches(
     assert watch.error is None
     assert watch.types == ["ADDED", "DELETED"]
     assert (await client.get("/apis/example.dev/v1/things")).status_code == 404
+
+
+async def test_apply_object_plays_another_field_manager(
+    autojump_clock: trio.testing.MockClock, api: FakeAPI, client: httpx.AsyncClient
+) -> None:
+    path = "/api/v1/namespaces/default/configmaps/owned"
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}}
+    response = await client.patch(
+        path,
+        content=json.dumps({**body, "data": {"a": "1"}}).encode(),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+        params={"fieldManager": "operator"},
+    )
+    assert response.status_code == 201
+    edited = {**body, "metadata": {"name": "owned", "namespace": "default"}, "data": {"a": "2"}}
+    with pytest.raises(StatusError) as raised:
+        api.apply_object("configmaps", edited, manager="kubectl")
+    assert raised.value.code == 409
+    assert api.get_object("configmaps", "owned", "default")["data"] == {"a": "1"}
+    api.apply_object("configmaps", edited, manager="kubectl", force=True)
+    stored = api.get_object("configmaps", "owned", "default")
+    assert stored["data"] == {"a": "2"}
+    assert [(e["manager"], e["fieldsV1"]) for e in stored["metadata"]["managedFields"]] == [
+        ("kubectl", {"f:data": {"f:a": {}}})
+    ]
+    # The operator's next apply now conflicts with the user's.
+    response = await client.patch(
+        path,
+        content=json.dumps({**body, "data": {"a": "1"}}).encode(),
+        headers={"Content-Type": "application/apply-patch+yaml"},
+        params={"fieldManager": "operator"},
+    )
+    assert response.status_code == 409
+    assert response.json()["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "kubectl"', "field": ".data.a"}
+    ]

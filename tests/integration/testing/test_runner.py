@@ -135,6 +135,18 @@ def test_the_fake_api_thread(tmp_path: Path) -> None:
         api.create_object("configmaps", {"metadata": {"name": "cm", "namespace": "default"}})
         api.patch_object("configmaps", "cm", {"data": {"a": "b"}}, "default")
         assert api.get_object("configmaps", "cm", "default")["data"] == {"a": "b"}
+        applied = api.apply_object(
+            "configmaps",
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "cm"},
+                "data": {"c": "d"},
+            },
+            manager="me",
+            namespace="default",
+        )
+        assert applied["data"] == {"a": "b", "c": "d"}
         assert [o["metadata"]["name"] for o in api.objects("configmaps", "default")] == ["cm"]
         assert "sesame" in api.kubeconfig(tmp_path).read_text()
         assert api.call(lambda fake: fake.tokens) == {"sesame"}

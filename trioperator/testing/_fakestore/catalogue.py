@@ -27,6 +27,8 @@ class ResourceDef:
     short_names: list[str] = dataclasses.field(default_factory=list)
     categories: list[str] = dataclasses.field(default_factory=list)
     status_subresource: bool = False
+    scale_subresource: bool = False
+    """A ``scale`` subresource (``autoscaling/v1`` Scale) over ``spec.replicas``."""
     tracks_generation: bool = False
     custom: bool = False
     """A custom resource: unstructured semantics (kind required, no strategic merge, ...)."""
@@ -96,6 +98,19 @@ class ResourceDef:
                     "kind": self.kind,
                     "verbs": verbs,
                 }
+            )
+        if self.scale_subresource:
+            entries.insert(
+                1,
+                {
+                    "name": f"{self.plural}/scale",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                },
             )
         return entries
 
@@ -184,6 +199,17 @@ def builtin_resources() -> list[ResourceDef]:
             status_subresource=True,
             tracks_generation=True,
             returns_deleted_object=True,
+        ),
+        ResourceDef(
+            "apps",
+            ["v1"],
+            "deployments",
+            "Deployment",
+            short_names=["deploy"],
+            categories=["all"],
+            status_subresource=True,
+            scale_subresource=True,
+            tracks_generation=True,
         ),
         ResourceDef("coordination.k8s.io", ["v1"], "leases", "Lease"),
         ResourceDef("events.k8s.io", ["v1"], "events", "Event", short_names=["ev"]),

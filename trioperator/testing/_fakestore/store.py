@@ -3,7 +3,8 @@
 It keeps objects per resource, a global resourceVersion counter, a bounded history of changes
 per resource (what the real API server's watch cache holds), and reproduces the parts of the
 kube-apiserver's storage semantics that operators depend on: system metadata, generations,
-preconditions, merge and JSON patches, status subresources, finalizers and graceful deletion.
+preconditions, merge, strategic merge and JSON patches, server-side apply and managed fields,
+status and scale subresources, finalizers and graceful deletion.
 Error texts mirror kube-apiserver 1.20, as checked by ``tests/contract``.
 
 Stored objects are never mutated in place: every write builds a new dict. That lets changes in
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
+import yaml
 
 from trioperator._engine.patches import (
     JSONPatchError,
@@ -48,7 +50,23 @@ from trioperator.testing._fakestore.errors import (
     resource_details,
     resource_not_found,
 )
+from trioperator.testing._fakestore.fieldsets import Shapes
+from trioperator.testing._fakestore.managedfields import (
+    Managers,
+    adopt_existing,
+    apply_config,
+    decode_managers,
+    encode_managers,
+    record_update,
+)
+from trioperator.testing._fakestore.scale import (
+    SCALE_API_VERSION,
+    replicas_of,
+    scale_not_found,
+    scale_of,
+)
 from trioperator.testing._fakestore.selectors import FieldSelector, LabelSelector
+from trioperator.testing._fakestore.strategic import strategic_merge
 from trioperator.testing._fakestore.values import (
     DECODE,
     ENCODE,
@@ -184,6 +202,109 @@ def decode_continue(token: str) -> tuple[int, str]:
 
 Listener = Callable[[Change], None]
 
+APPLY_PATCH = "application/apply-patch+yaml"
+DEFAULT_MANAGER = "unknown"
+"""The field manager of writes that name none and come without a User-Agent."""
+
+_BUILTIN_SHAPES = Shapes(custom=False)
+_CUSTOM_SHAPES = Shapes(custom=True)
+
+# What a new, empty object of a built-in kind holds before a create's fields are compared
+# with it: its struct fields that are not pointers exist (empty) from the start.
+_ZERO: dict[ResourceKey, Obj] = {
+    ("apps", "deployments"): {
+        "metadata": {},
+        "spec": {"template": {"metadata": {}, "spec": {}}, "strategy": {}},
+        "status": {},
+    },
+    ("", "pods"): {"metadata": {}, "spec": {}, "status": {}},
+    ("", "namespaces"): {"metadata": {}, "spec": {}, "status": {}},
+}
+
+
+def _zero(res: ResourceDef) -> Obj:
+    return _ZERO.get(res.key) or {"metadata": {}}
+
+
+def _manager_required() -> StatusError:
+    return _patch_option_invalid("fieldManager", "is required for apply patch", required=True)
+
+
+def _patch_option_invalid(field: str, detail: str, *, required: bool = False) -> StatusError:
+    message = f"{'Required value' if required else 'Forbidden'}: {detail}"
+    return StatusError(
+        422,
+        "Invalid",
+        f'PatchOptions.meta.k8s.io "" is invalid: {field}: {message}',
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [
+                {
+                    "reason": "FieldValueRequired" if required else "FieldValueForbidden",
+                    "message": message,
+                    "field": field,
+                }
+            ],
+        },
+    )
+
+
+def _patched(current: Obj, content_type: str, data: bytes) -> Any:
+    """``current`` (a private copy) with a JSON, merge or strategic merge patch applied."""
+    if content_type == "application/json-patch+json":
+        try:
+            operations = DECODE.decode(data)
+        except msgspec.DecodeError as exc:
+            raise bad_request(str(exc)) from None
+        if not isinstance(operations, list):
+            raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+        try:
+            return apply_json_patch(current, operations)
+        except JSONPatchError:
+            raise StatusError(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+                {},
+            ) from None
+    try:
+        patch = DECODE.decode(data)
+    except msgspec.DecodeError:
+        raise StatusError(500, "", "Invalid JSON Patch") from None
+    if content_type == "application/strategic-merge-patch+json":
+        return strategic_merge(current, patch)
+    return apply_merge_patch(current, patch)
+
+
+def _decode_config(data: bytes) -> Obj:
+    """An apply configuration (an object): JSON, or YAML, which JSON is a subset of."""
+    try:
+        config = DECODE.decode(data)
+    except msgspec.DecodeError:
+        try:
+            config = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise bad_request(f"error decoding YAML: {exc}") from None
+    if not isinstance(config, dict):
+        raise bad_request(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot"
+            f" unmarshal {_json_kind(config)} into Go value of type map[string]interface {{}}"
+        )
+    return config
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "null"
+
 
 class Store:
     """All objects of the fake cluster, with the write semantics of kube-apiserver."""
@@ -194,9 +315,13 @@ class Store:
         now: Callable[[], str],
         history_limit: int = 1000,
         namespaces: Iterable[str] = ("default", "kube-system", "kube-public", "kube-node-lease"),
+        track_managed_fields: bool = False,
     ) -> None:
         self.rv = 0
         self.now = now
+        self.track_managed_fields = track_managed_fields
+        """Record managedFields on every write, as the real server does; by default only on
+        writes that name a field manager, applies, and objects that already have them."""
         self.history_limit = history_limit
         self.compacted_rv = 0
         self.resources: dict[ResourceKey, ResourceDef] = {}
@@ -430,9 +555,23 @@ class Store:
     # ------------------------------------------------------------------ writing: create
 
     def create(
-        self, res: ResourceDef, namespace: str | None, body: Any, *, keep_status: bool = False
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        body: Any,
+        *,
+        keep_status: bool = False,
+        manager: str | None = None,
+        default_manager: str = DEFAULT_MANAGER,
+        managed_fields: list[Obj] | None = None,
+        version: str | None = None,
     ) -> Obj:
-        """Create as a POST would; ``keep_status`` also stores the given status (test access)."""
+        """Create as a POST would; ``keep_status`` also stores the given status (test access).
+
+        ``manager`` is the request's ``fieldManager``; ``managed_fields`` are set as they are
+        (an apply that creates). ``version`` is the request's API version, which managed
+        fields record (the storage version by default).
+        """
         if not isinstance(body, dict):
             raise bad_request(f"the object provided is unrecognized (must be of type {res.kind})")
         body = clone(body)
@@ -500,6 +639,20 @@ class Store:
         self._prepare_create(res, body)
         if keep_status and status is not None:
             body["status"] = status
+        if managed_fields is None and (manager is not None or self.track_managed_fields):
+            managers: Managers = {}
+            record_update(
+                managers,
+                _zero(res),
+                body,
+                manager=manager or default_manager,
+                api_version=res.api_version(version),
+                shapes=self.shapes(res),
+                now=self.now,
+            )
+            managed_fields = encode_managers(managers, custom=res.custom)
+        if managed_fields:
+            meta["managedFields"] = managed_fields
         created = self._commit("ADDED", res, self._ordered(body), None)
         if res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._register_crd(created)
@@ -519,6 +672,8 @@ class Store:
             body["status"] = {"phase": "Active"}
         elif res.key == ("", "pods"):
             body["status"] = {"phase": "Pending"}
+        elif res.key == ("apps", "deployments"):
+            body["status"] = {}  # no controller fills it in
         elif res.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._prepare_crd(res, body, None)
 
@@ -532,6 +687,9 @@ class Store:
         body: Any,
         *,
         subresource: str | None = None,
+        manager: str | None = None,
+        default_manager: str = DEFAULT_MANAGER,
+        version: str | None = None,
     ) -> Obj:
         """Replace as a PUT would; ``subresource="*"`` replaces status too (test access)."""
         if not isinstance(body, dict):
@@ -562,7 +720,8 @@ class Store:
                 ],
                 by_resource=True,
             )
-        return self._update(res, old, body, subresource=subresource)
+        managed = self._track_update(res, old, body, manager, default_manager, version)
+        return self._update(res, old, body, subresource=subresource, managed=managed)
 
     def patch(
         self,
@@ -573,13 +732,30 @@ class Store:
         data: bytes,
         *,
         subresource: str | None = None,
+        manager: str | None = None,
+        default_manager: str = DEFAULT_MANAGER,
+        force: bool = False,
+        version: str | None = None,
     ) -> Obj:
+        """Patch as a PATCH would; server-side apply (``application/apply-patch+yaml``) too."""
         content_type = content_type.split(";")[0].strip().lower()
+        if content_type == APPLY_PATCH:
+            return self.apply(
+                res,
+                namespace,
+                name,
+                data,
+                manager=manager,
+                force=force,
+                subresource=subresource,
+                version=version,
+            )
+        if force:
+            raise _patch_option_invalid("force", "may not be specified for non-apply patch")
         supported = ["application/json-patch+json", "application/merge-patch+json"]
         if not res.custom:
             supported.append("application/strategic-merge-patch+json")
         if content_type not in supported:
-            # Server-side apply (application/apply-patch+yaml) is not emulated either.
             if res.custom:
                 raise StatusError(
                     415,
@@ -590,32 +766,7 @@ class Store:
                 )
             raise StatusError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
         old = self.get(res, namespace, name)
-        current = clone(old)
-        if content_type == "application/json-patch+json":
-            try:
-                operations = DECODE.decode(data)
-            except msgspec.DecodeError as exc:
-                raise bad_request(str(exc)) from None
-            if not isinstance(operations, list):
-                raise bad_request(
-                    "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
-                )
-            try:
-                patched = apply_json_patch(current, operations)
-            except JSONPatchError:
-                raise StatusError(
-                    422,
-                    "Invalid",
-                    "the server rejected our request due to an error in our request",
-                    {},
-                ) from None
-        else:
-            # Strategic merge is treated as a plain merge: lists are replaced, not merged by key.
-            try:
-                patch = DECODE.decode(data)
-            except msgspec.DecodeError:
-                raise StatusError(500, "", "Invalid JSON Patch") from None
-            patched = apply_merge_patch(current, patch)
+        patched = _patched(clone(old), content_type, data)
         if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
             raise bad_request("the patched object is not a Kubernetes object")
         meta = patched["metadata"]
@@ -624,10 +775,235 @@ class Store:
         rv = meta.get("resourceVersion")
         if rv and rv != old["metadata"].get("resourceVersion"):
             raise conflict(res, name)
-        return self._update(res, old, patched, subresource=subresource)
+        managed = self._track_update(res, old, patched, manager, default_manager, version)
+        return self._update(res, old, patched, subresource=subresource, managed=managed)
 
-    def _update(self, res: ResourceDef, old: Obj, new: Obj, *, subresource: str | None) -> Obj:
-        """Apply the update rules of the real registry to ``new`` (a private copy) and commit."""
+    # ------------------------------------------------------------------ server-side apply
+
+    def shapes(self, res: ResourceDef) -> Shapes:
+        """How server-side apply merges and owns the fields of a resource's objects."""
+        return _CUSTOM_SHAPES if res.custom else _BUILTIN_SHAPES
+
+    def apply(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        name: str,
+        data: bytes | Obj,
+        *,
+        manager: str | None,
+        force: bool = False,
+        subresource: str | None = None,
+        version: str | None = None,
+    ) -> Obj:
+        """Server-side apply of a configuration (JSON or YAML) as ``manager``; creates if absent."""
+        if not manager:
+            raise _manager_required()
+        config = _decode_config(data) if isinstance(data, bytes) else clone(data)
+        meta = config.get("metadata")
+        if meta is None:
+            meta = config["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if meta.get("managedFields") is not None:
+            raise bad_request("metadata.managedFields must be nil")
+        if meta.get("name", name) != name:
+            raise name_mismatch(meta.get("name"), name)
+        if res.namespaced and meta.get("namespace", namespace) != namespace:
+            raise namespace_mismatch()
+        # An applied configuration must say what it is: nothing is inferred from the URL.
+        api_version = config.get("apiVersion") or ""
+        if api_version != res.api_version(version):
+            raise bad_request(
+                "Incorrect version specified in apply patch. Specified patch version:"
+                f" {api_version}, expected: {res.api_version(version)}"
+            )
+        if not config.get("kind"):
+            group_version = api_version if "/" in api_version else f"/{api_version}"
+            raise StatusError(
+                500,
+                "",
+                "failed to create typed patch object: no corresponding type for"
+                f" {group_version}, Kind=",
+            )
+        self._normalize_kind(res, config, name)
+        shapes = self.shapes(res)
+        managers: Managers = {}
+        old = self.peek(res, namespace, name)
+        if old is None:
+            if subresource is not None:
+                raise not_found(res, name)
+            merged = apply_config(
+                managers,
+                {},
+                config,
+                manager=manager,
+                api_version=res.api_version(version),
+                force=force,
+                shapes=shapes,
+                now=self.now,
+            )
+            merged["metadata"]["name"] = name
+            return self.create(
+                res,
+                namespace,
+                merged,
+                managed_fields=encode_managers(managers, custom=res.custom),
+                version=version,
+            )
+        rv = meta.get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise conflict(res, name)
+        managers = decode_managers(old)
+        if not managers:
+            adopt_existing(
+                managers,
+                old,
+                _zero(res),
+                api_version=res.api_version(version),
+                shapes=shapes,
+                now=self.now,
+            )
+        merged = apply_config(
+            managers,
+            old,
+            config,
+            manager=manager,
+            api_version=res.api_version(version),
+            force=force,
+            shapes=shapes,
+            now=self.now,
+        )
+        managed = encode_managers(managers, custom=res.custom)
+        return self._update(res, old, merged, subresource=subresource, managed=managed)
+
+    # ------------------------------------------------------------------ the scale subresource
+
+    def get_scale(self, res: ResourceDef, namespace: str | None, name: str) -> Obj:
+        obj = self.peek(res, namespace, name)
+        if obj is None:
+            raise scale_not_found(res, name)
+        return scale_of(obj)
+
+    def replace_scale(self, res: ResourceDef, namespace: str | None, name: str, body: Any) -> Obj:
+        self.get_scale(res, namespace, name)
+        return self._write_scale(res, namespace, name, body)
+
+    def patch_scale(
+        self,
+        res: ResourceDef,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        data: bytes,
+        *,
+        manager: str | None = None,
+        force: bool = False,
+    ) -> Obj:
+        """Patch or apply to the Scale; 1.20 keeps no managed fields for it, so an apply
+        conflicts with ``before-first-apply`` over any value it changes, unless forced."""
+        current = self.get_scale(res, namespace, name)
+        content_type = content_type.split(";")[0].strip().lower()
+        if content_type == APPLY_PATCH:
+            if not manager:
+                raise _manager_required()
+            config = _decode_config(data)
+            api_version = config.get("apiVersion")
+            if api_version != SCALE_API_VERSION:
+                raise bad_request(
+                    "Incorrect version specified in apply patch. Specified patch version:"
+                    f" {api_version or ''}, expected: {SCALE_API_VERSION}"
+                )
+            managers: Managers = {}
+            adopt_existing(
+                managers,
+                current,
+                {"metadata": {}, "spec": {}, "status": {}},
+                api_version=SCALE_API_VERSION,
+                shapes=_BUILTIN_SHAPES,
+                now=self.now,
+            )
+            scale = apply_config(
+                managers,
+                current,
+                config,
+                manager=manager,
+                api_version=SCALE_API_VERSION,
+                force=force,
+                shapes=_BUILTIN_SHAPES,
+                now=self.now,
+            )
+        elif content_type in (
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ):
+            scale = _patched(current, content_type, data)
+        else:
+            raise StatusError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+        return self._write_scale(res, namespace, name, scale)
+
+    def _write_scale(self, res: ResourceDef, namespace: str | None, name: str, scale: Any) -> Obj:
+        replicas = replicas_of(res, scale, name)
+        old = self.get(res, namespace, name)
+        rv = scale["metadata"].get("resourceVersion")
+        if rv and rv != old["metadata"].get("resourceVersion"):
+            raise conflict(res, name)
+        new = clone(old)
+        new.setdefault("spec", {})["replicas"] = replicas
+        # Writes through the Scale leave the object's managed fields as they are (as in 1.20).
+        managed = old["metadata"].get("managedFields")
+        return scale_of(self._update(res, old, new, subresource=None, managed=managed))
+
+    def _track_update(
+        self,
+        res: ResourceDef,
+        old: Obj,
+        new: Obj,
+        manager: str | None,
+        default_manager: str,
+        version: str | None = None,
+    ) -> list[Obj] | None:
+        """The managedFields after an update, or ``None`` when the object is not tracked.
+
+        Objects are tracked once a write names a manager (or always, with
+        ``track_managed_fields``); untracked ones cost nothing here.
+        """
+        old_entries = old["metadata"].get("managedFields")
+        if manager is None and not old_entries and not self.track_managed_fields:
+            return None
+        meta = new.get("metadata")
+        given = meta.get("managedFields") if isinstance(meta, dict) else None
+        # Like the apiserver: managedFields sent with the update replace the recorded ones
+        # (``[{}]`` clears them); absent or empty, the recorded ones stay.
+        if given == [{}]:
+            managers: Managers = {}
+        else:
+            managers = (decode_managers(new) if given else {}) or decode_managers(old)
+        record_update(
+            managers,
+            old,
+            new,
+            manager=manager or default_manager,
+            api_version=res.api_version(version),
+            shapes=self.shapes(res),
+            now=self.now,
+        )
+        return encode_managers(managers, custom=res.custom)
+
+    def _update(
+        self,
+        res: ResourceDef,
+        old: Obj,
+        new: Obj,
+        *,
+        subresource: str | None,
+        managed: list[Obj] | None = None,
+    ) -> Obj:
+        """Apply the update rules of the real registry to ``new`` (a private copy) and commit.
+
+        ``managed`` are the object's new managedFields (``None``: it has none).
+        """
         if subresource == "status":
             status = new.get("status")
             new = clone(old)
@@ -674,6 +1050,8 @@ class Store:
             else:
                 meta.pop(field, None)
         meta.pop("managedFields", None)
+        if managed:
+            meta["managedFields"] = managed
         meta.pop("selfLink", None)
         meta["resourceVersion"] = old_meta["resourceVersion"]
         if not meta.get("finalizers"):
