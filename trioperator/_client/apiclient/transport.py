@@ -108,6 +108,21 @@ def _lines_too_long(what: str, exc: LineTooLongError) -> APIResponseTooLargeErro
     )
 
 
+async def _unwind(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    """Close a response whose body is abandoned midway, and end its chain of generators.
+
+    httpx reads bodies through nested async generators; one left suspended is finalized
+    later by the garbage collector, outside of any task (and trio warns of it). Iterating
+    again after the connection is closed makes the innermost one fail, which ends them all,
+    now; only what was already received can come before that.
+    """
+    with anyio.CancelScope(shield=True):
+        await response.aclose()
+        with contextlib.suppress(Exception):
+            async for _ in chunks:
+                pass
+
+
 class AsyncStream:
     """A watch response being received: its status, and its body as lines."""
 
@@ -128,7 +143,10 @@ class AsyncStream:
             async for chunk in self._chunks:
                 body += chunk
                 if len(body) > limit:
+                    self._done = True
+                    await _unwind(self._response, self._chunks)
                     raise _too_large(self._what, limit)
+        self._done = True
         return bytes(body)
 
     async def next_line(self) -> bytes | None:
@@ -150,11 +168,16 @@ class AsyncStream:
                 self._splitter.feed(chunk)
             except LineTooLongError as exc:
                 self._done = True
+                await _unwind(self._response, self._chunks)
                 raise _lines_too_long(self._what, exc) from exc
         return line
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        if self._done:
+            await self._response.aclose()
+        else:
+            self._done = True
+            await _unwind(self._response, self._chunks)
 
 
 class AsyncSession:
@@ -172,14 +195,20 @@ class AsyncSession:
         try:
             with _translated(call.what), anyio.fail_after(settings.request_timeout):
                 response = await self._client.send(request, stream=True)
+                chunks = response.aiter_bytes()
+                complete = False
                 try:
                     body = bytearray()
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in chunks:
                         body += chunk
                         if len(body) > limit:
                             raise _too_large(call.what, limit)
+                    complete = True
                 finally:
-                    await response.aclose()
+                    if complete:
+                        await response.aclose()
+                    else:
+                        await _unwind(response, chunks)
         except TimeoutError as exc:
             if isinstance(exc, APITimeoutError):
                 raise
