@@ -37,7 +37,8 @@ async def test_client_errors_are_typed_and_not_retried(
     assert type(info.value) is error
     assert info.value.status == status
     assert info.value.message == f"refused with {status}"
-    assert info.value.payload is not None and info.value.payload["reason"] == "Because"
+    assert info.value.payload is not None
+    assert info.value.payload["reason"] == "Because"
     assert len([r for r in fake_api.requests if r.method == "POST"]) == 1
     assert not fake_api.has_object("configmaps", "x", "default")
 

@@ -31,7 +31,8 @@ async def test_create_get_replace_delete_a_configmap(api: kopf.AsyncAPI, fake_ap
     with pytest.raises(kopf.APINotFoundError) as info:
         await cms.get("one", namespace="default")
     assert info.value.status == 404
-    assert info.value.payload is not None and info.value.payload["kind"] == "Status"
+    assert info.value.payload is not None
+    assert info.value.payload["kind"] == "Status"
 
 
 async def test_the_three_patch_types(api: kopf.AsyncAPI, fake_api: FakeAPI) -> None:
@@ -198,7 +199,8 @@ async def test_adopt_works_with_what_the_client_returns(
     created = await cms.create(child)
     [reference] = created["metadata"]["ownerReferences"]
     assert reference["uid"] == owner["metadata"]["uid"]
-    assert reference["kind"] == "ConfigMap" and reference["controller"] is True
+    assert reference["kind"] == "ConfigMap"
+    assert reference["controller"] is True
 
     # Items of a listing carry their kind again, so they can be owners as well.
     [listed_owner] = await cms.list(namespace="default", field_selector={"metadata.name": "owner"})
