@@ -94,6 +94,16 @@ def _translated(what: str) -> Iterator[None]:
         raise APIProtocolError(f"{what}: cannot connect: {exc}") from exc
 
 
+def _stream_timeout(settings: ClientSettings) -> dict[str, float | None]:
+    """A watch waits for data up to its idle limit, not the regular requests' timeout."""
+    timeout = httpx.Timeout(
+        settings.request_timeout,
+        connect=settings.connect_timeout,
+        read=settings.watch_idle_timeout,
+    )
+    return timeout.as_dict()
+
+
 def _too_large(what: str, limit: int) -> APIResponseTooLargeError:
     return APIResponseTooLargeError(
         f"{what}: the response is larger than {limit} bytes (ClientSettings.max_response_size)",
@@ -221,6 +231,7 @@ class AsyncSession:
     async def stream(self, call: Call) -> AsyncIterator[AsyncStream]:
         """The response of a watch, its body unread; closed when the block ends."""
         request = _request(self._client, call, self._sni)
+        request.extensions["timeout"] = _stream_timeout(self._settings)
         with _translated(call.what):
             with anyio.fail_after(self._settings.request_timeout):
                 response = await self._client.send(request, stream=True)
@@ -312,9 +323,7 @@ class SyncSession:
     @contextlib.contextmanager
     def stream(self, call: Call) -> Iterator[SyncStream]:
         request = _request(self._client, call, self._sni)
-        request.extensions["timeout"] = httpx.Timeout(
-            self._settings.watch_idle_timeout, connect=self._settings.connect_timeout
-        ).as_dict()
+        request.extensions["timeout"] = _stream_timeout(self._settings)
         with _translated(call.what):
             response = self._client.send(request, stream=True)
         stream = SyncStream(response, call.what, self._settings)
