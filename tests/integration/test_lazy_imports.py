@@ -27,6 +27,9 @@ NOT_IMPORTED = (
     "email",
     "http.client",
     "http.server",
+    # The API client for operator code: httpx at the first request of a handler, not before.
+    "httpx",
+    "httpcore",
 )
 
 OPERATOR = """
