@@ -137,12 +137,12 @@ SSA_CONFLICT = {
     "details": {
         "causes": [
             {
-                "type": "FieldManagerConflict",
+                "reason": "FieldManagerConflict",
                 "message": 'conflict with "kubectl-edit" using v1',
                 "field": ".data.a",
             },
             {
-                "type": "FieldManagerConflict",
+                "reason": "FieldManagerConflict",
                 "message": 'conflict with "other-operator" with subresource "status"',
                 "field": ".data.b",
             },

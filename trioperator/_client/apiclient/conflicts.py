@@ -1,7 +1,7 @@
 """Server-side apply's field conflicts: who else manages the fields that an apply would change.
 
 A conflicting apply is answered with HTTP 409 and a ``Status`` whose ``details.causes`` name
-each field and its manager, e.g. ``{"type": "FieldManagerConflict", "field": ".data.key",
+each field and its manager, e.g. ``{"reason": "FieldManagerConflict", "field": ".data.key",
 "message": "conflict with \\"kubectl-edit\\" using v1"}``. The manager is only in that message
 (the API has no field for it), so it is parsed from there, and left empty if the text differs.
 """
@@ -62,7 +62,8 @@ def field_conflicts(payload: dict[str, Any] | None) -> tuple[FieldConflict, ...]
         return ()
     found: list[FieldConflict] = []
     for cause in causes:
-        if not isinstance(cause, dict) or cause.get("type") != "FieldManagerConflict":
+        # The Go field is `Type`, but its JSON name is "reason".
+        if not isinstance(cause, dict) or cause.get("reason") != "FieldManagerConflict":
             continue
         message = cause.get("message")
         field = cause.get("field")
