@@ -126,6 +126,20 @@ async def test_deployments_apply_patch_scale_and_status(kubeconfig: Path, namesp
         assert read["spec"]["replicas"] == 3
         assert (await deployments.get("web", namespace=namespace))["spec"]["replicas"] == 3
 
+        # The image now belongs to who patched it: applying our first intent again conflicts
+        # with that manager, until forced.
+        with pytest.raises(kopf.APIFieldConflictError) as info:
+            await deployments.apply(_deployment(namespace, 1), field_manager="trioperator-e2e")
+        fields = {c.field for c in info.value.conflicts}
+        assert '.spec.template.spec.containers[name="main"].image' in fields
+        assert info.value.managers == {"trioperator"}  # the default manager, from the User-Agent
+        forced = await deployments.apply(
+            _deployment(namespace, 1), field_manager="trioperator-e2e", force=True
+        )
+        assert forced["spec"]["replicas"] == 1
+        main = forced["spec"]["template"]["spec"]["containers"][0]
+        assert main["image"] == "example.invalid/main:1"
+
         status = {"status": {"observedGeneration": 1, "replicas": 0}}
         await deployments.patch("web", status, namespace=namespace, subresource="status")
         written = await deployments.get("web", namespace=namespace, subresource="status")

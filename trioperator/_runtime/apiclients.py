@@ -70,16 +70,12 @@ class OperatorAPIs:
         self._vault = vault
         self._token = token
         self._settings = settings
-        self._trio: AsyncAPI | None = None
+        # Made now (an object without connections: no HTTP library is imported until its
+        # first request) and read for every trio handler, so a plain attribute.
+        self.trio = AsyncAPI(vault, settings=settings, matcher=match_resources)
+        """The async client, for trio code."""
         self._asyncio: AsyncAPI | None = None
         self._sync: SyncAPI | None = None
-
-    @property
-    def trio(self) -> AsyncAPI:
-        """The async client, for trio code."""
-        if self._trio is None:
-            self._trio = AsyncAPI(self._vault, settings=self._settings, matcher=match_resources)
-        return self._trio
 
     @property
     def asyncio(self) -> AsyncAPI:
@@ -103,9 +99,8 @@ class OperatorAPIs:
         return self.asyncio if flavor == "asyncio" else self.trio
 
     async def aclose(self) -> None:
-        """Close what was made (nothing was, if no code asked for a client)."""
-        if self._trio is not None:
-            await self._trio.aclose()
+        """Close what was made (no connections, if no code sent a request)."""
+        await self.trio.aclose()
         if self._sync is not None:
             self._sync.close()
 
