@@ -19,6 +19,7 @@ import contextvars
 from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
+import sniffio
 import trio
 
 from trioperator._client.apiclient.asyncapi import AsyncAPI
@@ -31,7 +32,7 @@ from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.resources import Resource
 from trioperator._engine.flavors import Flavor
 from trioperator._engine.selectors import Selector
-from trioperator._runtime.asyncio_bridge import in_asyncio, run_trio_from_asyncio
+from trioperator._runtime.asyncio_bridge import run_trio_from_asyncio
 
 __all__ = [
     "OperatorAPIs",
@@ -142,7 +143,14 @@ def api_client() -> AsyncAPI:
     of it usable there. Sync code in threads uses :func:`sync_api_client`.
     """
     apis = _running()
-    return apis.asyncio if in_asyncio() else apis.trio
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        raise RuntimeError(
+            "api_client() is for async code; sync code (e.g. in a thread) uses "
+            "trioperator.sync_api_client()."
+        ) from None
+    return apis.asyncio if library == "asyncio" else apis.trio
 
 
 def sync_api_client() -> SyncAPI:

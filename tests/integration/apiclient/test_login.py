@@ -93,3 +93,17 @@ async def test_connect_api_reads_a_kubeconfig(guarded: FakeAPI, tmp_path: Any) -
     async with kopf.connect_api(str(path)) as api:
         await api.resource("configmaps").create(configmap("via-kubeconfig"))
     assert guarded.has_object("configmaps", "via-kubeconfig", "default")
+
+
+async def test_a_watch_logs_in_again_on_401(autojump_clock: Any, guarded: FakeAPI) -> None:
+    vault = kopf.Vault({"login": info(guarded, "stale")})
+    logins: list[float] = []
+    guarded.create_object("configmaps", configmap("watched"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relogin, vault, info(guarded, "good"), logins)
+        api = kopf.AsyncAPI(vault, matcher=match_resources)
+        async with api, api.resource("configmaps").watch(namespace="default") as events:
+            kind, obj = await events.__anext__()
+        nursery.cancel_scope.cancel()
+    assert (kind, obj["metadata"]["name"]) == ("ADDED", "watched")
+    assert len(logins) == 1

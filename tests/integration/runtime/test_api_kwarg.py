@@ -105,3 +105,22 @@ def test_outside_an_operator_there_is_no_operator_client() -> None:
         kopf.api_client()
     with pytest.raises(RuntimeError, match="connect_api"):
         kopf.sync_api_client()
+
+
+async def test_the_accessor_refuses_sync_code(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    errors: list[str] = []
+
+    @kopf.on.create("kopfexamples", registry=registry)
+    def create_fn(**_: Any) -> None:
+        try:
+            kopf.api_client()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    running = await run_operator()
+    running.create()
+    await running.wait_for(lambda: errors)
+    assert "sync_api_client()" in errors[0]
+    await running.stop()

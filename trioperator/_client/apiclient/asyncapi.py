@@ -15,6 +15,7 @@ requests that are safe to repeat, are retried ``settings.retries`` times with a 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -50,6 +51,8 @@ CallIn = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Runs an async function elsewhere (e.g. in the operator's trio run) and returns its result."""
 
 PAGE_SIZE = 500
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncAPI:
@@ -170,13 +173,16 @@ class AsyncAPI:
                 failure = calls.error_of(received.status, received.body, received.headers)
             if isinstance(failure, APIUnauthorizedError) and relogins < settings.relogins:
                 relogins += 1
+                logger.debug(f"{call.what}: {failure}; logging in again.")
                 await self._credentials.invalidate(key, info, exc=failure)
                 await self._forget(info)
                 continue
             if attempt < settings.retries and calls.retriable(failure, call):
                 attempt += 1
                 retry_after = failure.retry_after if isinstance(failure, APIError) else None
-                await anyio.sleep(settings.delay(attempt, retry_after))
+                delay = settings.delay(attempt, retry_after)
+                logger.debug(f"{call.what}: {failure}; retry {attempt} in {delay:g} s.")
+                await anyio.sleep(delay)
                 continue
             raise failure
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["SyncAPI", "SyncResourceAPI", "SyncWatch"]
 
 PAGE_SIZE = 500
+
+logger = logging.getLogger(__name__)
 
 
 class SyncAPI:
@@ -134,6 +137,7 @@ class SyncAPI:
                 failure = calls.error_of(received.status, received.body, received.headers)
             if isinstance(failure, APIUnauthorizedError) and relogins < settings.relogins:
                 relogins += 1
+                logger.debug(f"{call.what}: {failure}; logging in again.")
                 self._credentials.invalidate_sync(key, info, exc=failure)
                 session = self._sessions.pop(info, None)
                 if session is not None:
@@ -142,7 +146,9 @@ class SyncAPI:
             if attempt < settings.retries and calls.retriable(failure, call):
                 attempt += 1
                 retry_after = failure.retry_after if isinstance(failure, APIError) else None
-                time.sleep(settings.delay(attempt, retry_after))
+                delay = settings.delay(attempt, retry_after)
+                logger.debug(f"{call.what}: {failure}; retry {attempt} in {delay:g} s.")
+                time.sleep(delay)
                 continue
             raise failure
 
