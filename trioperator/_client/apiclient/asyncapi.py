@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
@@ -191,15 +191,13 @@ class AsyncAPI:
         return calls.decode_object(received.body, call.what)
 
     @contextlib.asynccontextmanager
-    async def _stream(self, call: Call) -> Any:
+    async def _stream(self, call: Call) -> AsyncIterator[AsyncStream]:
         """A watch stream opened with the current credentials (re-login on 401)."""
         relogins = 0
         while True:
             key, info = await self._credentials.select()
             async with self._session(info).stream(call) as stream:
-                if stream.status < 300:
-                    failure = None
-                else:
+                if stream.status >= 300:
                     body = await stream.read(self.settings.max_line_size)
                     failure = calls.error_of(stream.status, body, stream.headers)
                     if (

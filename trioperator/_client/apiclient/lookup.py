@@ -13,6 +13,7 @@ from typing import Protocol
 import msgspec
 
 from trioperator._client.discovery import GroupVersion, resources_from_list
+from trioperator._client.errors import APIProtocolError
 from trioperator._client.resources import Resource
 from trioperator._wire.discovery import (
     decode_api_group_list,
@@ -33,11 +34,16 @@ class ResourceMatcher(Protocol):
 
 def group_versions(core: bytes, groups: bytes) -> list[GroupVersion]:
     """The served group versions, from the bodies of ``/api`` and ``/apis``."""
+    try:
+        core_versions = decode_api_versions(core).versions
+        group_list = decode_api_group_list(groups).groups
+    except msgspec.DecodeError as exc:
+        raise APIProtocolError(f"The discovery documents cannot be read: {exc}") from None
     found = [
         GroupVersion(path=f"/api/{version}", group="", version=version, preferred=index == 0)
-        for index, version in enumerate(decode_api_versions(core).versions)
+        for index, version in enumerate(core_versions)
     ]
-    for group in decode_api_group_list(groups).groups:
+    for group in group_list:
         preferred = group.preferred_version.version if group.preferred_version else None
         found.extend(
             GroupVersion(
