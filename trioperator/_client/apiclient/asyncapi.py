@@ -19,8 +19,6 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import anyio
-
 from trioperator._client.apiclient import calls
 from trioperator._client.apiclient.calls import Call, ObjectList, PatchType, Selector
 from trioperator._client.apiclient.credentials import AsyncCredentials
@@ -130,6 +128,8 @@ class AsyncAPI:
         return result
 
     async def _aclose(self) -> None:
+        import anyio  # see _send
+
         state = self._state
         state.closed = True
         sessions = list(state.sessions.values())
@@ -151,6 +151,8 @@ class AsyncAPI:
         return session
 
     async def _forget(self, info: ConnectionInfo) -> None:
+        import anyio  # see _send
+
         session = self._state.sessions.pop(info, None)
         if session is not None:
             with anyio.CancelScope(shield=True):
@@ -158,6 +160,10 @@ class AsyncAPI:
 
     async def _send(self, call: Call) -> Received:
         """Send with the current credentials; re-login on 401, retry what is retriable."""
+        # anyio (sleeping and shielding on trio and asyncio alike) is imported with the first
+        # request, as httpx is: an operator whose handlers send none never loads either.
+        import anyio
+
         settings = self.settings
         relogins = attempt = 0
         while True:
