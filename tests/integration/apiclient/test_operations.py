@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import trio
 import trioperator as kopf
 from tests.integration.apiclient.conftest import configmap
 from trioperator.testing import FakeAPI
@@ -216,3 +217,15 @@ async def test_the_resource_kwarg_of_a_handler_can_be_used_directly(
     again = api.resource(resource)
     await again.create(configmap("same"))
     assert fake_api.has_object("configmaps", "same", "default")
+
+
+async def test_a_broken_group_is_skipped_at_once_in_the_discovery(
+    autojump_clock: Any, api: kopf.AsyncAPI, fake_api: FakeAPI
+) -> None:
+    fake_api.inject("GET", "/apis/coordination.k8s.io/v1", status=503, times=None)
+    started = trio.current_time()
+    resource = await api.resource("configmaps").resolve()
+    assert resource.plural == "configmaps"
+    assert trio.current_time() == started  # no retries of the broken group's 503
+    with pytest.raises(LookupError):
+        await api.resource("leases").resolve()

@@ -224,10 +224,12 @@ class AsyncAPI:
             groups = await self._send(Call("GET", "/apis", idempotent=True))
             found: list[Resource] = []
             for group_version in group_versions(core.body, groups.body):
+                # Not retried on 5xx: an aggregated API whose backend is down answers 503,
+                # and is skipped at once.
                 try:
-                    listing = await self._send(Call("GET", group_version.path, idempotent=True))
+                    listing = await self._send(Call("GET", group_version.path))
                 except APIError:
-                    continue  # e.g. an aggregated API whose backend is down: skip it
+                    continue
                 found.extend(resources_of(listing.body, group_version))
             state.discovered = found
         return state.discovered
