@@ -6,12 +6,41 @@ This is the curated public surface; everything under ``trioperator._*`` is inter
 from trioperator import conditions as conditions
 from trioperator import lifecycles as lifecycles
 from trioperator import on as on
+
+# trioperator's own: the API client for operator code (Kopf has none) and its errors.
+from trioperator._client.apiclient.asyncapi import AsyncAPI as AsyncAPI
+from trioperator._client.apiclient.asyncapi import AsyncPager as AsyncPager
+from trioperator._client.apiclient.asyncapi import AsyncResourceAPI as AsyncResourceAPI
+from trioperator._client.apiclient.asyncapi import AsyncWatch as AsyncWatch
+from trioperator._client.apiclient.calls import ObjectList as ObjectList
+from trioperator._client.apiclient.conflicts import APIFieldConflictError as APIFieldConflictError
+from trioperator._client.apiclient.conflicts import FieldConflict as FieldConflict
+from trioperator._client.apiclient.settings import ClientSettings as APIClientSettings
+from trioperator._client.apiclient.syncapi import SyncAPI as SyncAPI
+from trioperator._client.apiclient.syncapi import SyncResourceAPI as SyncResourceAPI
+from trioperator._client.apiclient.syncapi import SyncWatch as SyncWatch
 from trioperator._client.config import login_with_kubeconfig as login_with_kubeconfig
 from trioperator._client.config import login_with_service_account as login_with_service_account
 from trioperator._client.credentials import AiohttpSession as AiohttpSession
 from trioperator._client.credentials import ConnectionInfo as ConnectionInfo
 from trioperator._client.credentials import LoginError as LoginError
 from trioperator._client.credentials import Vault as Vault
+from trioperator._client.errors import APIBadRequestError as APIBadRequestError
+from trioperator._client.errors import APIClientError as APIClientError
+from trioperator._client.errors import APIConflictError as APIConflictError
+from trioperator._client.errors import APIConnectionError as APIConnectionError
+from trioperator._client.errors import APIError as APIError
+from trioperator._client.errors import APIForbiddenError as APIForbiddenError
+from trioperator._client.errors import APIGoneError as APIGoneError
+from trioperator._client.errors import APINotFoundError as APINotFoundError
+from trioperator._client.errors import APIProtocolError as APIProtocolError
+from trioperator._client.errors import APIRedirectError as APIRedirectError
+from trioperator._client.errors import APIResponseTooLargeError as APIResponseTooLargeError
+from trioperator._client.errors import APIServerError as APIServerError
+from trioperator._client.errors import APITimeoutError as APITimeoutError
+from trioperator._client.errors import APITooManyRequestsError as APITooManyRequestsError
+from trioperator._client.errors import APIUnauthorizedError as APIUnauthorizedError
+from trioperator._client.errors import APIUnprocessableEntityError as APIUnprocessableEntityError
 from trioperator._client.piggybacking import login_via_async_client as login_via_async_client
 from trioperator._client.piggybacking import login_via_client as login_via_client
 from trioperator._client.piggybacking import login_via_pykube as login_via_pykube
@@ -101,6 +130,10 @@ from trioperator._kits.webhooks import WebhookMinikubeServer as WebhookMinikubeS
 from trioperator._kits.webhooks import WebhookNgrokTunnel as WebhookNgrokTunnel
 from trioperator._kits.webhooks import WebhookServer as WebhookServer
 from trioperator._kits.webhooks import WebhookServiceServer as WebhookServiceServer
+from trioperator._runtime.apiclients import api_client as api_client
+from trioperator._runtime.apiclients import connect_api as connect_api
+from trioperator._runtime.apiclients import connect_sync_api as connect_sync_api
+from trioperator._runtime.apiclients import sync_api_client as sync_api_client
 from trioperator._runtime.daemon_flags import AsyncDaemonStopperChecker as AsyncDaemonStopperChecker
 from trioperator._runtime.embedding import operator as operator
 from trioperator._runtime.embedding import run as run
@@ -126,13 +159,35 @@ from trioperator.on import timer as timer
 
 __all__ = [
     "ABSENT",
+    "APIBadRequestError",
+    "APIClientError",
+    "APIClientSettings",
+    "APIConflictError",
+    "APIConnectionError",
+    "APIError",
+    "APIFieldConflictError",
+    "APIForbiddenError",
+    "APIGoneError",
+    "APINotFoundError",
+    "APIProtocolError",
+    "APIRedirectError",
+    "APIResponseTooLargeError",
+    "APIServerError",
+    "APITimeoutError",
+    "APITooManyRequestsError",
+    "APIUnauthorizedError",
+    "APIUnprocessableEntityError",
     "ActivityError",
     "AdmissionError",
     "AiohttpSession",
     "Annotations",
     "AnnotationsDiffBaseStorage",
     "AnnotationsProgressStorage",
+    "AsyncAPI",
     "AsyncDaemonStopperChecker",
+    "AsyncPager",
+    "AsyncResourceAPI",
+    "AsyncWatch",
     "Body",
     "BodyEssence",
     "ConnectionInfo",
@@ -144,6 +199,7 @@ __all__ = [
     "DiffOperation",
     "EVERYTHING",
     "ErrorsMode",
+    "FieldConflict",
     "FieldPath",
     "FieldSpec",
     "HandlerId",
@@ -162,6 +218,7 @@ __all__ = [
     "MultiDiffBaseStorage",
     "MultiProgressStorage",
     "ObjectKey",
+    "ObjectList",
     "ObjectLogger",
     "ObjectReference",
     "Operation",
@@ -188,7 +245,10 @@ __all__ = [
     "StatusDiffBaseStorage",
     "StatusProgressStorage",
     "Store",
+    "SyncAPI",
     "SyncDaemonStopperChecker",
+    "SyncResourceAPI",
+    "SyncWatch",
     "TemporaryError",
     "UserInfo",
     "Vault",
@@ -209,10 +269,13 @@ __all__ = [
     "adopt",
     "all_",
     "any_",
+    "api_client",
     "append_owner_reference",
     "build_object_reference",
     "build_owner_reference",
     "configure",
+    "connect_api",
+    "connect_sync_api",
     "daemon",
     "event",
     "exception",
@@ -242,6 +305,7 @@ __all__ = [
     "set_default_registry",
     "spawn_tasks",
     "subhandler",
+    "sync_api_client",
     "timer",
     "warn",
 ]

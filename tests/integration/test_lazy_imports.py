@@ -27,6 +27,10 @@ NOT_IMPORTED = (
     "email",
     "http.client",
     "http.server",
+    # The API client for operator code: httpx (and anyio) at the first request of a handler.
+    "httpx",
+    "httpcore",
+    "anyio",
 )
 
 OPERATOR = """

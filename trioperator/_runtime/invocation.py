@@ -12,6 +12,9 @@ Sync functions run in trio's worker threads (``threads.run_in_thread``, a leaner
 place, for at most half a millisecond. The context variables are copied into the thread, so
 sub-handler registration and event posting work from sync handlers as well. A thread cannot
 be cancelled: cancellation waits until it returns, so no thread is orphaned.
+
+Within a running operator every call gets the ``api`` kwarg (trioperator's own, see
+``apiclients.py``): the API client for the function's flavor, made on first use.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import trio
 
 from trioperator._engine.flavors import Flavor, is_async_callable
+from trioperator._runtime.apiclients import API_KWARG, current_apis, with_api_kwarg
 from trioperator._runtime.asyncio_bridge import choose_handler_flavor, run_asyncio
 from trioperator._runtime.threads import run_in_thread
 
@@ -54,10 +58,15 @@ async def invoke(
     """
     if is_async if is_async is not None else is_async_fn(fn):
         if choose_handler_flavor(fn, flavor) == "asyncio":
-            return await run_asyncio(fn, kwargs)
-        return await fn(**kwargs)
+            return await run_asyncio(fn, with_api_kwarg(kwargs, "asyncio"))
+        # Given as a keyword of its own: the call makes the handler's dict of kwargs anyway,
+        # so the kwarg adds no copy to the hot path.
+        apis = current_apis()
+        if apis is None or API_KWARG in kwargs:
+            return await fn(**kwargs)
+        return await fn(**kwargs, api=apis.trio)
     result = await run_in_thread(
-        functools.partial(_call_sync, fn, kwargs),
+        functools.partial(_call_sync, fn, with_api_kwarg(kwargs, None)),
         limiter=limiter if limiter is not None else trio.to_thread.current_default_thread_limiter(),
         abandon_on_cancel=abandon_on_cancel,
         known_as=fn,

@@ -51,7 +51,7 @@ Stop order, and why (a graceful phase first, then, if needed, a forced one):
    of the root nursery (authenticator, liveness) is cancelled.
 4. ``on.cleanup`` handlers run, after every watcher, worker and handler has ended: shielded
    (a failure of the operator does not cut them short), for at most ``CLEANUP_TIMEOUT``.
-5. The API client and the vault are closed.
+5. The API clients (the operator's own, and that of operator code) and the vault are closed.
 
 Forced end: a second SIGINT/SIGTERM, or the ultimate exiting timeout (logged as an error),
 cancels everything at once, the cleanup included; ``None`` waits for the graceful stop for
@@ -83,6 +83,7 @@ from trioperator._engine.registry import OperatorRegistry, get_default_registry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.activities import run_activity
 from trioperator._runtime.admission import AdmissionServing, run_admission
+from trioperator._runtime.apiclients import OperatorAPIs, serving_apis
 from trioperator._runtime.asyncio_bridge import run_with_asyncio
 from trioperator._runtime.contexts import OperatorContext
 from trioperator._runtime.execution import Execution
@@ -268,71 +269,77 @@ class Operator:
         context.thread_limiter.total_tokens = settings.execution.max_workers or DEFAULT_THREAD_LIMIT
         execution.default_backoff = settings.execution.default_backoff
 
-        try:
-            async with trio.open_nursery() as root:
-                shared = check_endpoints(self.liveness_endpoint, self.metrics_endpoint)
-                routes: dict[str, Handler] = {}
-                if self.metrics_endpoint is not None and shared:
-                    routes[parse_endpoint(self.metrics_endpoint)[2]] = self._scrape
-                if self.liveness_endpoint is not None:
-                    self.liveness_port = await root.start(
-                        partial(
-                            serve_liveness,
-                            endpoint=self.liveness_endpoint,
-                            registry=self.registry,
-                            settings=settings,
-                            memo=self.memo,
-                            execution=execution,
-                            health=self.watchers_health,
-                            indices=context.indices,
-                            routes=routes,
-                        )
-                    )
-                if self.metrics_endpoint is not None and shared:
-                    self.metrics_port = self.liveness_port
-                elif self.metrics_endpoint is not None:
-                    self.metrics_port = await root.start(
-                        partial(
-                            serve_metrics,
-                            endpoint=self.metrics_endpoint,
-                            metrics=self.metrics,
-                            limits=settings.serving,
-                        )
-                    )
-                await root.start(self._run_authenticator, execution)
-                api = self.api = context.api = APIClient(
-                    self.vault, settings.networking, observer=self.metrics
-                )
-                try:
-                    async with trio.open_nursery() as posting:
-                        await posting.start(
+        # The API client for operator code (the handlers' `api` kwarg): made on first use,
+        # from the serving on (the startup handlers run before any login), closed last.
+        apis = OperatorAPIs(self.vault, token=trio.lowlevel.current_trio_token())
+        with serving_apis(apis):
+            try:
+                async with trio.open_nursery() as root:
+                    shared = check_endpoints(self.liveness_endpoint, self.metrics_endpoint)
+                    routes: dict[str, Handler] = {}
+                    if self.metrics_endpoint is not None and shared:
+                        routes[parse_endpoint(self.metrics_endpoint)[2]] = self._scrape
+                    if self.liveness_endpoint is not None:
+                        self.liveness_port = await root.start(
                             partial(
-                                run_poster,
-                                api,
+                                serve_liveness,
+                                endpoint=self.liveness_endpoint,
+                                registry=self.registry,
                                 settings=settings,
-                                receive=receive_events,
+                                memo=self.memo,
+                                execution=execution,
+                                health=self.watchers_health,
+                                indices=context.indices,
+                                routes=routes,
                             )
                         )
-                        try:
-                            await self._serve(context, execution)
-                        finally:
-                            # Nothing is handled any more: the poster posts what is queued
-                            # (for a bounded time) and exits. If serving failed, the
-                            # nursery cancels the poster at once instead.
-                            send_events.close()
-                finally:
-                    root.cancel_scope.cancel()
-        finally:
-            try:
-                # Shielded (a failure or a graceful stop must not cut the cleanup short), but
-                # within the stop's limits: the ultimate exiting timeout, a second signal.
-                with exiting.cleanup(CLEANUP_TIMEOUT):
-                    await self._run_activity(Activity.CLEANUP, execution)
+                    if self.metrics_endpoint is not None and shared:
+                        self.metrics_port = self.liveness_port
+                    elif self.metrics_endpoint is not None:
+                        self.metrics_port = await root.start(
+                            partial(
+                                serve_metrics,
+                                endpoint=self.metrics_endpoint,
+                                metrics=self.metrics,
+                                limits=settings.serving,
+                            )
+                        )
+                    await root.start(self._run_authenticator, execution)
+                    api = self.api = context.api = APIClient(
+                        self.vault, settings.networking, observer=self.metrics
+                    )
+                    try:
+                        async with trio.open_nursery() as posting:
+                            await posting.start(
+                                partial(
+                                    run_poster,
+                                    api,
+                                    settings=settings,
+                                    receive=receive_events,
+                                )
+                            )
+                            try:
+                                await self._serve(context, execution)
+                            finally:
+                                # Nothing is handled any more: the poster posts what is queued
+                                # (for a bounded time) and exits. If serving failed, the
+                                # nursery cancels the poster at once instead.
+                                send_events.close()
+                    finally:
+                        root.cancel_scope.cancel()
             finally:
-                if self.api is not None:
+                try:
+                    # Shielded (a failure or a graceful stop must not cut the cleanup short), but
+                    # within the stop's limits: the ultimate exiting timeout, a second signal.
+                    with exiting.cleanup(CLEANUP_TIMEOUT):
+                        await self._run_activity(Activity.CLEANUP, execution)
+                finally:
+                    if self.api is not None:
+                        with trio.CancelScope(shield=True):
+                            await self.api.aclose()
                     with trio.CancelScope(shield=True):
-                        await self.api.aclose()
-                self.vault.close()
+                        await apis.aclose()
+                    self.vault.close()
 
     async def _serve(self, context: OperatorContext, execution: Execution) -> None:
         assert self.api is not None
