@@ -1,0 +1,237 @@
+"""examples/controller on a real cluster: kube-apiserver *with* kube-controller-manager.
+
+The shared kube-apiserver runs without kube-controller-manager (other tests count on that: no
+namespace finalization, no service accounts made for them), so this module starts a control
+plane of its own with it (``scripts/kube-up --controller-manager``, its own state directory and
+port) and stops it at the end. There is no kubelet: the Deployment controller makes the
+ReplicaSet (and the ReplicaSet controller the pods, which stay Pending), so the example's
+``Ready`` ("rolled out") comes true and its ``Available`` does not, for real.
+
+The operator runs as ``trioperator run examples/controller/operator.py``; the children are
+deleted and edited from outside, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trioperator as kopf
+import yaml
+
+from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl, OperatorProcess
+
+EXAMPLE = EXAMPLES / "controller"
+# Its own port (and etcd's, PORT+7347/+7357): not the shared 16443, RBAC's 17443, nor the
+# 18443 of the chaos tier and the benchmarks.
+PORT = os.environ.get("TRIOPERATOR_CONTROLLER_KUBE_PORT", "19443")
+MANAGER = "webapp-operator"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A control plane with kube-controller-manager, for this module only; its kubeconfig."""
+    env = {
+        **os.environ,
+        "TRIOPERATOR_KUBE_DIR": str(tmp_path_factory.mktemp("kube-controllers")),
+        "TRIOPERATOR_KUBE_PORT": PORT,
+        "TRIOPERATOR_KUBE_CONTROLLER_MANAGER": "1",
+    }
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "kube-up")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,  # kube-controller-manager is compiled on its first use
+        check=False,
+    )
+    try:
+        assert result.returncode == 0, result.stderr[-4000:]
+        yield Path(result.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run(
+            [str(ROOT / "scripts" / "kube-down"), "--purge"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def kubectl(cluster: Path) -> Kubectl:
+    kubectl = Kubectl(cluster)
+    kubectl("apply", "-f", str(EXAMPLE / "crd.yaml"))
+    kubectl("wait", "--for=condition=Established", "crd/webapps.demo.trioperator.dev")
+    return kubectl
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    name = f"ctl-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def api(cluster: Path) -> Iterator[kopf.SyncAPI]:
+    with kopf.connect_sync_api(str(cluster)) as client:
+        yield client
+
+
+@pytest.fixture
+def operator(cluster: Path, namespace: str) -> Iterator[OperatorProcess]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster),
+        "PYTHONUNBUFFERED": "1",
+        "WEBAPP_CONFLICT_POLICY": "Force",
+    }
+    process = OperatorProcess(
+        [
+            *(sys.executable, "-m", "trioperator", "run", "--verbose"),
+            *("-n", namespace, str(EXAMPLE / "operator.py")),
+        ],
+        env,
+    )
+    try:
+        process.wait_for("The operator is ready")
+        yield process
+    finally:
+        process.stop()
+
+
+def wait_until(check: Any, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not in {timeout}s: {what}")
+
+
+def managers_of(obj: dict[str, Any], *path: str) -> set[str]:
+    """The field managers that own the field at ``path`` (``"spec", "replicas"``)."""
+    owners = set()
+    for entry in obj["metadata"].get("managedFields", []):
+        fields = entry.get("fieldsV1") or {}
+        for key in path:
+            fields = fields.get(f"f:{key}")
+            if fields is None:
+                break
+        else:
+            owners.add(entry["manager"])
+    return owners
+
+
+def condition(obj: dict[str, Any], type: str) -> dict[str, Any]:
+    found = kopf.conditions.find_condition(obj, type)
+    assert found is not None, obj.get("status")
+    return found
+
+
+def restored_after(api: kopf.SyncAPI, resource: str, name: str, namespace: str) -> float:
+    """Delete a child as a user would; seconds until the operator has made it again."""
+    children = api.resource(resource)
+    old_uid = children.get(name, namespace=namespace)["metadata"]["uid"]
+
+    def remade() -> bool:
+        try:
+            current = children.get(name, namespace=namespace)
+        except kopf.APINotFoundError:
+            return False
+        return bool(current["metadata"]["uid"] != old_uid)
+
+    started = time.monotonic()
+    children.delete(name, namespace=namespace)
+    wait_until(remade, f"{resource} {name} made again", timeout=10)
+    return time.monotonic() - started
+
+
+def test_ready_restored_children_and_conflicts_forced_back(
+    kubectl: Kubectl,
+    namespace: str,
+    operator: Any,
+    api: kopf.SyncAPI,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLE / "webapp.yaml"))
+    # The Deployment controller made the ReplicaSet for the current template: Ready.
+    kubectl("wait", "-n", namespace, "--for=condition=Ready", "webapp/web", "--timeout=60s")
+    webapp = kubectl.get("webapp", "web", "-n", namespace)
+    ready = condition(webapp, "Ready")
+    assert (ready["reason"], ready["observedGeneration"]) == ("RolledOut", 1)
+    assert ready["message"] == "0/2 replicas available"  # no kubelet: none run
+    assert condition(webapp, "Available")["status"] == "False"
+    assert webapp["status"]["observedGeneration"] == 1
+    [replicaset] = kubectl.get("replicasets", "-n", namespace, "-l", "app=web")["items"]
+    assert replicaset["metadata"]["ownerReferences"][0]["name"] == "web"
+
+    deployment = kubectl.get("deployment", "web", "-n", namespace)
+    assert managers_of(deployment, "spec", "replicas") == {MANAGER}
+    assert deployment["metadata"]["ownerReferences"][0]["uid"] == webapp["metadata"]["uid"]
+
+    # Children deleted by hand come back, fast.
+    times = {
+        resource: restored_after(api, resource, name, namespace)
+        for resource, name in [("configmaps", "web-settings"), ("deployments.apps", "web")]
+    }
+    with capsys.disabled():
+        print("\ndeletion -> restoration: " + ", ".join(f"{r} {t:.3f}s" for r, t in times.items()))
+    assert all(seconds < 1.0 for seconds in times.values()), times
+    kubectl("wait", "-n", namespace, "--for=condition=Ready", "webapp/web", "--timeout=60s")
+
+    # Another manager takes spec.replicas (an update: the field is now theirs); forced back.
+    kubectl(
+        *("patch", "deployment", "web", "-n", namespace, "--field-manager=intruder"),
+        *("--type=merge", "-p", '{"spec":{"replicas":5}}'),
+    )
+    deployments = api.resource("deployments.apps")
+    back = wait_until(
+        lambda: (d := deployments.get("web", namespace=namespace))["spec"]["replicas"] == 2 and d,
+        "replicas taken back",
+    )
+    assert managers_of(back, "spec", "replicas") == {MANAGER}
+    operator.wait_for(r"Deployment web: taking back \.spec\.replicas \(managed by intruder\)")
+    assert "Traceback" not in operator.output
+
+
+def test_conflicts_reported_when_so_configured(
+    kubectl: Kubectl, namespace: str, operator: Any, api: kopf.SyncAPI
+) -> None:
+    body = yaml.safe_load((EXAMPLE / "webapp.yaml").read_text())
+    body["spec"]["conflictPolicy"] = "Report"
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
+    kubectl("wait", "-n", namespace, "--for=condition=Ready", "webapp/web", "--timeout=60s")
+
+    kubectl(
+        *("patch", "deployment", "web", "-n", namespace, "--field-manager=intruder"),
+        *("--type=merge", "-p", '{"spec":{"replicas":4}}'),
+    )
+    kubectl(
+        *("wait", "-n", namespace, "--for=condition=ChildrenSynced=false", "webapp/web"),
+        "--timeout=30s",
+    )
+    webapp = kubectl.get("webapp", "web", "-n", namespace)
+    synced = condition(webapp, "ChildrenSynced")
+    assert synced["reason"] == "FieldConflict"
+    assert synced["message"] == "Deployment web: .spec.replicas (managed by intruder)"
+    assert (condition(webapp, "Ready")["status"], condition(webapp, "Ready")["reason"]) == (
+        "False",
+        "FieldConflict",
+    )
+    deployment = api.resource("deployments.apps").get("web", namespace=namespace)
+    assert deployment["spec"]["replicas"] == 4  # the other manager's value stays
+    assert managers_of(deployment, "spec", "replicas") == {"intruder"}
+    operator.wait_for(r"Deployment web: fields changed by another manager: \.spec\.replicas")
+    assert "Traceback" not in operator.output
