@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from tests.e2e.conftest import EXAMPLES, Kubectl
@@ -64,4 +66,43 @@ def test_handlers_example_through_create_update_delete(
     for handler in ("create_fn_1", "create_fn_2", "update_fn", "delete_fn_1", "delete_fn_2"):
         assert operator.count(rf"Handler '{handler}' succeeded\.") == 1, handler
     assert operator.count(r"Handler 'resume_fn_\d' succeeded\.") == 0
+    assert "Traceback" not in operator.output
+
+
+def test_controller_example_applies_and_restores_its_children(
+    kubectl: Kubectl, namespace: str, run_operator: Any
+) -> None:
+    """The shared server runs no kube-controller-manager: the children are applied and kept,
+    but no Deployment controller rolls them out, so Ready stays False (RolloutPending).
+    With the controller-manager: tests/e2e/test_controller_example.py."""
+    example = EXAMPLES / "controller"
+    kubectl("apply", "-f", str(example / "crd.yaml"))
+    kubectl("wait", "--for=condition=Established", "crd/webapps.demo.trioperator.dev")
+    operator = run_operator("-n", namespace, str(example / "operator.py"))
+    operator.wait_for("The operator is ready")
+    kubectl("apply", "-n", namespace, "-f", str(example / "webapp.yaml"))
+    kubectl(
+        *("wait", "-n", namespace, "--for=condition=ChildrenSynced", "webapp/web"),
+        "--timeout=30s",
+    )
+    webapp = kubectl.get("webapp", "web", "-n", namespace)
+    ready = next(c for c in webapp["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "RolloutPending")
+    configmap = kubectl.get("configmap", "web-settings", "-n", namespace)
+    assert configmap["data"] == {"greeting": "hello", "log_level": "info"}
+    assert kubectl.get("deployment", "web", "-n", namespace)["spec"]["replicas"] == 2
+
+    kubectl("delete", "configmap", "web-settings", "-n", namespace)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = kubectl(
+            "get", "configmap", "web-settings", "-n", namespace, "-o", "json", check=False
+        )
+        if found and json.loads(found)["metadata"]["uid"] != configmap["metadata"]["uid"]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the deleted ConfigMap was not made again")
+    kubectl("delete", "webapp", "web", "-n", namespace)
+    assert operator.stop() == 0
     assert "Traceback" not in operator.output
