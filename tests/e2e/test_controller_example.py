@@ -177,7 +177,7 @@ def test_ready_restored_children_and_conflicts_forced_back(
     [replicaset] = kubectl.get("replicasets", "-n", namespace, "-l", "app=web")["items"]
     assert replicaset["metadata"]["ownerReferences"][0]["name"] == "web"
 
-    deployment = kubectl.get("deployment", "web", "-n", namespace)
+    deployment = api.resource("deployments.apps").get("web", namespace=namespace)
     assert managers_of(deployment, "spec", "replicas") == {MANAGER}
     assert deployment["metadata"]["ownerReferences"][0]["uid"] == webapp["metadata"]["uid"]
 
@@ -203,6 +203,14 @@ def test_ready_restored_children_and_conflicts_forced_back(
     )
     assert managers_of(back, "spec", "replicas") == {MANAGER}
     operator.wait_for(r"Deployment web: taking back \.spec\.replicas \(managed by intruder\)")
+
+    # Converged: applying what is already there changes nothing, so nothing runs again.
+    kubectl("wait", "-n", namespace, "--for=condition=Ready", "webapp/web", "--timeout=60s")
+    time.sleep(2)
+    runs = operator.count(r"Reconciler 'reconcile' succeeded")
+    assert runs > 0
+    time.sleep(3)
+    assert operator.count(r"Reconciler 'reconcile' succeeded") == runs
     assert "Traceback" not in operator.output
 
 
