@@ -116,7 +116,7 @@ def run_trioperator_async(args: argparse.Namespace, points: dict[str, Any]) -> N
 def run_kubernetes(args: argparse.Namespace, points: dict[str, Any]) -> None:
     from kubernetes import client, config
 
-    config.load_kube_config(args.kubeconfig)
+    config.load_kube_config(args.kubeconfig)  # type: ignore[no-untyped-call]
     api = client.CoreV1Api()
     points["imported"] = _point()
     api.read_namespaced_config_map("bench-get", args.namespace)

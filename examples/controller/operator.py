@@ -160,7 +160,7 @@ async def reconcile(
     configmap = desired_configmap(name, spec)
     deployment = desired_deployment(name, spec, configmap)
     kopf.adopt([configmap, deployment], owner=body)  # namespace, controller ownerReference
-    _, cm_conflicts = await apply_child(api, "configmaps", configmap, policy, logger)
+    cm_conflicts = (await apply_child(api, "configmaps", configmap, policy, logger))[1]
     applied, deploy_conflicts = await apply_child(
         api, "deployments.apps", deployment, policy, logger
     )
