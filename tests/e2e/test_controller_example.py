@@ -242,4 +242,16 @@ def test_conflicts_reported_when_so_configured(
     assert deployment["spec"]["replicas"] == 4  # the other manager's value stays
     assert managers_of(deployment, "spec", "replicas") == {"intruder"}
     operator.wait_for(r"Deployment web: fields changed by another manager: \.spec\.replicas")
+
+    # The WebApp deleted: no handler needed, the garbage collector removes the children.
+    kubectl("delete", "webapp", "web", "-n", namespace)
+
+    def children_gone() -> bool:
+        left = [
+            kubectl("get", kind, name, "-n", namespace, "--ignore-not-found", "-o", "name")
+            for kind, name in [("configmap", "web-settings"), ("deployment", "web")]
+        ]
+        return not any(line.strip() for line in left)
+
+    wait_until(children_gone, "the children collected after their owner", timeout=60)
     assert "Traceback" not in operator.output
