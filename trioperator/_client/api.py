@@ -257,6 +257,12 @@ class APIClient:
 
     # ------------------------------------------------------------------ raw requests
 
+    def retry_delay(self, step: float) -> float:
+        """A sleep before retrying something that failed, for a step of ``step`` seconds: the
+        step stretched by the settings' jitter (see ``backoff.py``), drawn from this client's
+        random source, so that replicas failing together do not retry in lock-step."""
+        return jittered(step, self.settings.backoff_jitter, self.rng)
+
     async def request_raw(
         self,
         method: str,

@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import msgspec
 
 from trioperator._client.api import APIClient, Logger
-from trioperator._client.errors import APIForbiddenError, APINotFoundError, APIServerError
+from trioperator._client.errors import (
+    APIForbiddenError,
+    APINotFoundError,
+    APIProtocolError,
+    APIServerError,
+)
+from trioperator._client.http import HTTPResponse
 from trioperator._client.resources import DiscoveryScope, Resource, in_scope
 from trioperator._wire.discovery import (
     APIResourceList,
@@ -41,6 +49,7 @@ __all__ = [
 ]
 
 _LOGGER = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _SKIPPABLE = (APINotFoundError, APIForbiddenError, APIServerError)
 
@@ -113,6 +122,18 @@ async def scan_group_version(
     )
 
 
+def _decoded(decode: Callable[[bytes], _T], response: HTTPResponse, path: str) -> _T:
+    """The discovery document of ``path``; a malformed one is the server's (or a proxy's) error
+    of the exchange, said as such, not a decoder's traceback."""
+    try:
+        return decode(response.body)
+    except msgspec.DecodeError as exc:
+        raise APIProtocolError(
+            f"GET {path}: the discovery document (HTTP {response.status}, {len(response.body)}"
+            f" bytes) cannot be read: {exc}"
+        ) from exc
+
+
 async def list_core_versions(
     api: APIClient, *, scope: DiscoveryScope | None = None, logger: Logger | None = None
 ) -> list[GroupVersion]:
@@ -120,7 +141,7 @@ async def list_core_versions(
     if not in_scope(scope, ""):
         return []
     log: Logger = logger if logger is not None else _LOGGER
-    core = decode_api_versions((await api.request_raw("GET", "/api", logger=log)).body)
+    core = _decoded(decode_api_versions, await api.request_raw("GET", "/api", logger=log), "/api")
     return [
         # The core group has no "preferred version" field; the server lists it first.
         GroupVersion(path=f"/api/{version}", group="", version=version, preferred=index == 0)
@@ -137,7 +158,8 @@ async def list_group_versions(
     if scope is not None and all(group == "" for group, _ in scope):
         return []
     log: Logger = logger if logger is not None else _LOGGER
-    groups = decode_api_group_list((await api.request_raw("GET", "/apis", logger=log)).body)
+    response = await api.request_raw("GET", "/apis", logger=log)
+    groups = _decoded(decode_api_group_list, response, "/apis")
     found: list[GroupVersion] = []
     for group in groups.groups:
         if not in_scope(scope, group.name):

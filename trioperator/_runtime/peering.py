@@ -186,15 +186,17 @@ class Peering:
         the pause as it is (mandatory peering stays paused, optional stays running), retry."""
         _, namespace = key
         while True:
+            # Jittered: the replicas that lost their streams together do not retry together.
+            delay = self._api.retry_delay(OBSERVER_RETRY_DELAY)
             try:
                 await self._observe(key)
             except* (APIError, APIConnectionError, WatchingError) as group:
                 logger.error(
                     f"Cannot watch the peering {self._settings.peering.name!r} "
-                    f"{_where(namespace)}; retrying in {OBSERVER_RETRY_DELAY} seconds: "
+                    f"{_where(namespace)}; retrying in {delay:.1f} seconds: "
                     f"{group.exceptions[0]}"
                 )
-            await trio.sleep(OBSERVER_RETRY_DELAY)
+            await trio.sleep(delay)
 
     async def _observe(self, key: PeeringKey) -> None:
         resource, namespace = key

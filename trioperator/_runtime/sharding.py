@@ -504,14 +504,16 @@ class Shard:
 
     async def observe_forever(self) -> None:
         while True:
+            # Jittered: the replicas that lost their streams together do not retry together.
+            delay = self._api.retry_delay(OBSERVER_RETRY_DELAY)
             try:
                 await self._observe()
             except* (APIError, APIConnectionError, WatchingError) as group:
                 logger.error(
                     f"Cannot watch the Leases in {self.namespace!r}; retrying in "
-                    f"{OBSERVER_RETRY_DELAY} seconds: {group.exceptions[0]}"
+                    f"{delay:.1f} seconds: {group.exceptions[0]}"
                 )
-            await trio.sleep(OBSERVER_RETRY_DELAY)
+            await trio.sleep(delay)
 
     async def _observe(self) -> None:
         async def on_listing(leases: list[Mapping[str, Any]]) -> None:

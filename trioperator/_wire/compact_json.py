@@ -5,13 +5,16 @@ Kopf writes with ``json.dumps`` and reads back; an operator moving between the t
 must find the same text. Each handled object writes a few of them, and ``json.dumps`` (which
 builds a new encoder for every call with these separators) is most of their cost.
 
-msgspec writes the same text ten times faster, except in two cases, which are told apart from
-its output and then written by ``json`` itself:
+msgspec writes the same text several times faster, except in these cases, which are told from
+its output (a few plain byte searches, no regular expression: those cost more than ``json``
+itself here) and then written by ``json`` itself:
 - characters beyond ASCII, and DEL: ``json`` escapes them (``\\u00e9``, ``\\u007f``), msgspec
   writes them as they are;
-- some floats: ``json`` writes ``1e+16`` and ``1e-05`` where msgspec writes ``1e16`` and
-  ``0.00001``. Any ``.`` or exponent in a number outside the strings sends the value to ``json``.
-  Floats are rare in these records (timestamps and counters are strings and ints).
+- floats in exponent form or below 1e-4: ``json`` writes ``1e+16`` and ``1e-05`` where msgspec
+  writes ``1e16`` and ``0.00001``; every other finite float is written alike (checked over a
+  million random floats of every magnitude). So a digit followed by an exponent, or
+  ``0.0000``, anywhere (strings included: a false alarm only costs the slower way) sends the
+  value to ``json``.
 NaN and infinities, which ``json`` writes and msgspec does not, never occur in what the API
 server sends (it is JSON) nor in the records made from it.
 """
@@ -19,7 +22,6 @@ server sends (it is JSON) nor in the records made from it.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import msgspec
@@ -28,10 +30,8 @@ __all__ = ["dumps_compact"]
 
 _ENCODE = msgspec.json.Encoder().encode
 _JSON = json.JSONEncoder(separators=(",", ":"))  # what json.dumps builds per call, made once
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
-# After the strings are taken out, what is left is punctuation, numbers, true/false/null: a
-# digit followed by "." or an exponent is a float.
-_FLOAT = re.compile(rb"[0-9][.eE]")
+# Every digit becomes 0 and E becomes e: an exponent is then the two bytes 0e.
+_DIGITS = bytes.maketrans(b"123456789E", b"000000000e")
 
 
 def dumps_compact(value: Any) -> str:
@@ -40,10 +40,11 @@ def dumps_compact(value: Any) -> str:
         encoded = _ENCODE(value)
     except (TypeError, ValueError, OverflowError):
         return _JSON.encode(value)  # not msgspec's kind of value: json says what it thinks
-    if not encoded.isascii() or b"\x7f" in encoded:
-        return _JSON.encode(value)
-    # Possibly a float: look closer (strings with dots, such as versions, are the common case).
-    maybe_float = b"." in encoded or b"e" in encoded or b"E" in encoded
-    if maybe_float and _FLOAT.search(_STRINGS.sub(b"", encoded)):
+    if (
+        not encoded.isascii()
+        or b"\x7f" in encoded
+        or b"0.0000" in encoded
+        or b"0e" in encoded.translate(_DIGITS)
+    ):
         return _JSON.encode(value)
     return encoded.decode("ascii")

@@ -10,7 +10,7 @@ import pytest
 from trio.testing import MockClock
 from trioperator._client.api import APIClient
 from trioperator._client.discovery import scan_resources
-from trioperator._client.errors import APIConnectionError, APIForbiddenError
+from trioperator._client.errors import APIConnectionError, APIForbiddenError, APIProtocolError
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
 from trioperator._runtime.httpserver import DropConnection, Request, Response
@@ -199,4 +199,22 @@ async def test_connection_failure_escalates(
         DropConnection(),
     )
     with pytest.raises(APIConnectionError):
+        await scan_resources(api)
+
+
+@pytest.mark.parametrize(
+    ("core", "groups", "path"),
+    [
+        (b"<html>a proxy's login page</html>", b"{}", "/api"),
+        (b'{"versions": "v1"}', b"{}", "/api"),
+        (b'{"versions": ["v1"]}', b'{"groups": [{"versions": 42}]}', "/apis"),
+    ],
+)
+async def test_malformed_root_documents_are_a_protocol_error_that_says_which(
+    autojump_clock: MockClock, api: APIClient, server, core: bytes, groups: bytes, path: str
+) -> None:
+    # Without the resources of /api and /apis nothing can be served: the scan fails, with the
+    # document named, instead of a decoder's exception from deep inside.
+    server.script(Response(200, core), Response(200, b'{"resources": []}'), Response(200, groups))
+    with pytest.raises(APIProtocolError, match=f"GET {path}: the discovery document"):
         await scan_resources(api)

@@ -6,6 +6,7 @@ import copy
 import datetime
 import itertools
 import logging
+import re
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,17 @@ async def test_a_forbidden_peering_watch_is_reported_and_retried_without_stoppin
     forbidden = fake_api.inject("GET", f"*/{CLUSTER}", status=403, times=None)
     running = await run_operator()
     await running.wait_for(lambda: logs.count("Cannot watch the peering 'default'") == 2)
+    # The retry sleeps what the line says: the 10 s delay, stretched by up to half (jitter).
+    said = [
+        float(re.search(r"retrying in ([0-9.]+) seconds", message)[1])  # type: ignore[index]
+        for message in logs.messages()
+        if "Cannot watch the peering 'default'" in message
+    ]
+    first, second = logs.times("Cannot watch the peering 'default'")[:2]
+    assert first is not None
+    assert second is not None
+    assert 10.0 <= said[0] <= 15.0
+    assert second - first == pytest.approx(said[0], abs=0.1)
     running.create(name="served")  # optional peering: not paused by an unreadable peering
     await running.wait_for(lambda: created == ["served"])
 

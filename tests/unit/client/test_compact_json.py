@@ -8,6 +8,9 @@ cases where the fast way differs (non-ASCII, DEL, floats) included.
 from __future__ import annotations
 
 import json
+import math
+import random
+import struct
 from typing import Any
 
 import pytest
@@ -62,3 +65,17 @@ def test_a_diff_base_annotation_holds_the_text_kopf_writes() -> None:
     storage.store(body=Body({"metadata": {"name": "x"}}), patch=patch, essence=essence)
     [stored] = patch["metadata"]["annotations"].values()
     assert stored == reference(essence) + "\n"  # Kopf's line, its newline included
+
+
+def test_floats_of_every_magnitude_are_written_as_json_writes_them() -> None:
+    # The fast way trusts msgspec's text of a float unless it has an exponent or starts with
+    # 0.0000; this sweep holds that rule to json's text across magnitudes and precisions.
+    rng = random.Random(20261128)
+    values = [
+        round(rng.uniform(-1, 1) * 10.0 ** rng.randint(-22, 22), rng.randint(0, 17))
+        for _ in range(20_000)
+    ]
+    values += [struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] for _ in range(5_000)]
+    finite = [value for value in values if math.isfinite(value)]
+    mismatched = [value for value in finite if dumps_compact(value) != reference(value)]
+    assert mismatched == []
