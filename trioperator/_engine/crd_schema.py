@@ -204,19 +204,23 @@ def crd_manifest(cls: type[msgspec.Struct]) -> dict[str, Any]:
     if model is None:
         raise TypeError(f"{cls!r} is not a resource model (see trioperator.typed.resource).")
     body = structural_schema(cls)
-    body.pop("description", None)  # the Struct's docstring describes the CRD instead
-    properties = body.setdefault("properties", {})
-    schema: dict[str, Any] = {
-        "type": "object",
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            **properties,
-        },
+    properties = dict(body.get("properties", {}))
+    if "status" in properties:
+        # The framework keeps its own records in the status (handlers' results, progress,
+        # conditions): the typed fields are checked, the other ones kept, not pruned.
+        properties["status"] = {
+            **properties["status"],
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+    schema: dict[str, Any] = {"type": "object"}
+    if body.get("description"):
+        schema["description"] = body["description"]
+    schema["properties"] = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        **properties,
     }
-    if cls.__doc__ and cls.__doc__.strip():
-        schema["description"] = " ".join(cls.__doc__.split())
     if body.get("required"):
         schema["required"] = body["required"]
     return {
