@@ -6,7 +6,9 @@ custom-resource-definitions/#specifying-a-structural-schema): no ``$ref`` (defin
 inlined), a ``type`` on every node (except the ``x-kubernetes-int-or-string`` and
 ``x-kubernetes-preserve-unknown-fields`` ones), ``nullable`` instead of a union with null,
 OpenAPI's boolean ``exclusiveMinimum``/``exclusiveMaximum``, no ``uniqueItems``, no
-``additionalProperties`` next to ``properties``, and only the formats it knows. What cannot be
+``additionalProperties`` next to ``properties``, and only the formats it knows. Markers of the
+API server (``x-kubernetes-list-type``, ``x-kubernetes-validations``, ...) can be added to a
+field with ``msgspec.Meta(extra_json_schema={...})`` and are kept as they are. What cannot be
 said structurally (recursive types, unions of several kinds, tuples of mixed types) is refused
 with a :class:`SchemaError` naming the place, rather than guessed.
 """
@@ -75,12 +77,13 @@ def _translate(
         if union in node:
             return _union(node, node[union], definitions, path=path, seen=seen)
 
-    if not node or set(node) <= {"description", "title", "default", "examples"}:
+    markers = {key: value for key, value in node.items() if key.startswith("x-kubernetes-")}
+    if not set(node) - {"description", "title", "default", "examples", *markers}:
         # Any: msgspec says nothing about it.
         out: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
         if "description" in node:
             out["description"] = node["description"]
-        return out
+        return {**out, **markers}
 
     out = {}
     kind = node.get("type")
@@ -131,7 +134,8 @@ def _translate(
         scalar = out["items"].get("type") in ("string", "integer", "number", "boolean")
         if node.get("uniqueItems") and scalar:
             out["x-kubernetes-list-type"] = "set"
-    return out
+    # Markers given with msgspec.Meta(extra_json_schema={...}) win over ours.
+    return {**out, **markers}
 
 
 def _items(

@@ -253,7 +253,8 @@ def _reword(message: str, what: str) -> str:
     def at(match: re.Match[str]) -> str:
         return f" (at {root}{match['path']})"
 
-    return _AT_PATH.sub(at, message)
+    reworded, found = _AT_PATH.subn(at, message)
+    return reworded if found else f"{message} (at {root})"
 
 
 def _type_name(target: Any) -> str:

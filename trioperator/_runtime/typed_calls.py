@@ -94,13 +94,15 @@ def typed_handler(fn: Callable[..., Any], *, field: FieldPath | None) -> Callabl
 def _evaluate(fn: Callable[..., Any], annotation: Any) -> Any:
     """An annotation as a type (``from __future__ import annotations`` keeps strings); one
     that cannot be evaluated (a name imported only for type checkers) asks for nothing."""
-    if not isinstance(annotation, str):
-        return annotation
-    namespace = getattr(inspect.unwrap(fn), "__globals__", {})
-    try:
-        return eval(annotation, dict(namespace))  # as typing.get_type_hints does
-    except Exception:  # any failure means: not a type we decode into
-        return None
+    namespace = dict(getattr(inspect.unwrap(fn), "__globals__", {}))
+    for _ in range(2):  # "Spec", or '"Spec"' when quoted under the __future__ import
+        if not isinstance(annotation, str):
+            return annotation
+        try:
+            annotation = eval(annotation, namespace)  # as typing.get_type_hints does
+        except Exception:  # any failure means: not a type we decode into
+            return None
+    return None if isinstance(annotation, str) else annotation
 
 
 def _decoding(name: str, annotation: Any, *, field: FieldPath | None) -> _Decoding | None:
