@@ -19,7 +19,7 @@ WIDGETS = "widgets.examples.trioperator.dev"  # other tests have their own "widg
 def typed_crd(kubectl: Kubectl) -> None:
     """The CRD as the generator makes it now (not only the committed copy)."""
     generated = subprocess.run(
-        [sys.executable, "-m", "trioperator", "crd", str(TYPED / "operator.py")],
+        [sys.executable, "-m", "trioperator", "crd", str(TYPED / "widgets.py")],
         check=True,
         capture_output=True,
         text=True,
@@ -82,7 +82,7 @@ def test_generated_crd_validates_objects(typed_crd: None, kubectl: Kubectl, name
     assert len(kubectl.get(WIDGETS, "-n", namespace)["items"]) == 1
 
 
-@pytest.mark.parametrize("example", ["operator.py", "dict_operator.py"])
+@pytest.mark.parametrize("example", ["widgets.py", "widgets_dict.py"])
 def test_typed_example_and_its_dict_twin(
     typed_crd: None, kubectl: Kubectl, namespace: str, run_operator: Any, example: str
 ) -> None:

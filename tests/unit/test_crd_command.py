@@ -22,11 +22,11 @@ def test_the_examples_committed_crd_is_what_the_generator_makes(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(ROOT)  # the command line is written into the header
-    code, out, err = _crd(["examples/typed/operator.py"], capsys)
+    code, out, err = _crd(["examples/typed/widgets.py"], capsys)
     assert (code, err) == (0, "")
     assert out == (TYPED / "crd.yaml").read_text(), (
         "examples/typed/crd.yaml is stale: regenerate it with "
-        "`trioperator crd examples/typed/operator.py > examples/typed/crd.yaml`"
+        "`trioperator crd examples/typed/widgets.py > examples/typed/crd.yaml`"
     )
 
 

@@ -2,12 +2,12 @@
 
 The same classes give the handlers validated, typed specs and give the cluster its CRD::
 
-    trioperator crd examples/typed/operator.py > examples/typed/crd.yaml
+    trioperator crd examples/typed/widgets.py > examples/typed/crd.yaml
     kubectl apply -f examples/typed/crd.yaml
-    trioperator run examples/typed/operator.py
+    trioperator run examples/typed/widgets.py
     kubectl apply -f examples/typed/widget.yaml
 
-``dict_operator.py`` next to it is the same operator with plain dicts, as in Kopf.
+``widgets_dict.py`` next to it is the same operator with plain dicts, as in Kopf.
 """
 
 from __future__ import annotations

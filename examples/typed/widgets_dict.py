@@ -1,4 +1,4 @@
-"""The dict twin of ``operator.py``: the same Widget operator as Kopf users write it.
+"""The dict twin of ``widgets.py``: the same Widget operator as Kopf users write it.
 
 Specs are dicts, defaults are applied by hand, and the CRD (``crd.yaml``, generated from the
 typed twin) is the only place the fields are declared.
