@@ -39,7 +39,7 @@ from trioperator._client.errors import APIConnectionError, APIError
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
 from trioperator._engine.builtin_resources import BUILTIN_RESOURCES, resources_from_crd
-from trioperator._engine.crd_schema import SchemaError, crd_manifest
+from trioperator._engine.crd_schema import SchemaError, crd_manifests
 from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.models import declared_models, model_of
 from trioperator._engine.namespaces import parse_namespace_options
@@ -598,8 +598,9 @@ def crd(
     """Print the CustomResourceDefinitions of the resource models in the operator's code (YAML).
 
     Every msgspec Struct marked with ``trioperator.typed.resource`` that the files and modules
-    declare becomes one CRD (apiextensions.k8s.io/v1) with a structural OpenAPI v3 schema, its
-    subresources and printer columns. Apply the output with ``kubectl apply -f -``.
+    declare becomes a CRD (apiextensions.k8s.io/v1) with a structural OpenAPI v3 schema, its
+    subresources and printer columns; the models of several versions of one resource become
+    the versions of one CRD. Apply the output with ``kubectl apply -f -``.
 
     Parameters
     ----------
@@ -625,7 +626,7 @@ def crd(
     if not models:
         raise UsageError("No resource models (trioperator.typed.resource) in the given code.")
     try:
-        manifests = [crd_manifest(model) for model in models]
+        manifests = crd_manifests(models)
     except SchemaError as exc:
         raise UsageError(f"Cannot generate a CRD: {exc}") from None
     sources = " ".join([*(paths or []), *(f"-m {m}" for m in module or [])])

@@ -28,12 +28,19 @@ docs/typed-resources.md.
 
 from __future__ import annotations
 
-from trioperator._engine.crd_schema import SchemaError, crd_manifest, structural_schema
+from trioperator._engine.conversion import ConversionError, convert_object, convert_review
+from trioperator._engine.crd_schema import (
+    SchemaError,
+    crd_manifest,
+    crd_manifests,
+    structural_schema,
+)
 from trioperator._engine.models import (
     PrinterColumn,
     ResourceModel,
     Scale,
     SpecDecodeError,
+    conversion,
     declared_models,
     model_of,
     resource,
@@ -42,12 +49,17 @@ from trioperator._runtime.typed_calls import INVALID_REASON
 
 __all__ = [
     "INVALID_REASON",
+    "ConversionError",
     "PrinterColumn",
     "ResourceModel",
     "Scale",
     "SchemaError",
     "SpecDecodeError",
+    "conversion",
+    "convert_object",
+    "convert_review",
     "crd_manifest",
+    "crd_manifests",
     "declared_models",
     "model_of",
     "resource",

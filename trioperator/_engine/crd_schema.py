@@ -22,7 +22,7 @@ import msgspec
 
 from trioperator._engine.models import ResourceModel, model_of
 
-__all__ = ["SchemaError", "crd_manifest", "structural_schema"]
+__all__ = ["SchemaError", "crd_manifest", "crd_manifests", "structural_schema"]
 
 
 class SchemaError(ValueError):
@@ -202,12 +202,65 @@ def _type_of_values(values: Iterable[Any], *, path: str) -> str:
     return kinds.pop()
 
 
-def crd_manifest(cls: type[msgspec.Struct]) -> dict[str, Any]:
-    """The CustomResourceDefinition (apiextensions.k8s.io/v1) of a resource model."""
-    model = model_of(cls)
-    if model is None:
-        raise TypeError(f"{cls!r} is not a resource model (see trioperator.typed.resource).")
-    body = structural_schema(cls)
+def crd_manifests(classes: Iterable[type[msgspec.Struct]]) -> list[dict[str, Any]]:
+    """The CRDs of resource models: one per resource, with a version per model of it."""
+    grouped: dict[str, list[type[msgspec.Struct]]] = {}
+    for cls in classes:
+        model = model_of(cls)
+        if model is None:
+            raise TypeError(f"{cls!r} is not a resource model (see trioperator.typed.resource).")
+        grouped.setdefault(model.crd_name, []).append(cls)
+    return [crd_manifest(*group) for group in grouped.values()]
+
+
+def crd_manifest(*classes: type[msgspec.Struct]) -> dict[str, Any]:
+    """The CustomResourceDefinition (apiextensions.k8s.io/v1) of a resource model, or of the
+    models of several versions of one resource (one of them with ``storage=True``)."""
+    models: list[ResourceModel] = []
+    for cls in classes:
+        model = model_of(cls)
+        if model is None:
+            raise TypeError(f"{cls!r} is not a resource model (see trioperator.typed.resource).")
+        models.append(model)
+    if not models:
+        raise TypeError("crd_manifest() needs at least one resource model.")
+    first = models[0]
+    for model in models[1:]:
+        if _names(model) != _names(first) or (model.group, model.scope) != (
+            first.group,
+            first.scope,
+        ):
+            raise SchemaError(
+                f"{model.cls.__name__} and {first.cls.__name__} are versions of one resource: "
+                "they need the same group, kind, names and scope."
+            )
+    versions = [model.version for model in models]
+    if len(set(versions)) != len(versions):
+        raise SchemaError(f"{first.crd_name}: a version is declared twice ({versions}).")
+    storage = [m for m in models if m.storage or (m.storage is None and len(models) == 1)]
+    if len(storage) != 1:
+        raise SchemaError(
+            f"{first.crd_name}: exactly one version must be stored (storage=True), "
+            f"not {[m.version for m in storage] or 'none'}."
+        )
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": first.crd_name},
+        "spec": {
+            "group": first.group,
+            "scope": first.scope,
+            "names": _names(first),
+            "versions": [
+                _version(model, _object_schema(model), storage=model is storage[0])
+                for model in models
+            ],
+        },
+    }
+
+
+def _object_schema(model: ResourceModel) -> dict[str, Any]:
+    body = structural_schema(model.cls)
     properties = dict(body.get("properties", {}))
     if "status" in properties:
         # The framework keeps its own records in the status (handlers' results, progress,
@@ -227,17 +280,7 @@ def crd_manifest(cls: type[msgspec.Struct]) -> dict[str, Any]:
     }
     if body.get("required"):
         schema["required"] = body["required"]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": model.crd_name},
-        "spec": {
-            "group": model.group,
-            "scope": model.scope,
-            "names": _names(model),
-            "versions": [_version(model, schema)],
-        },
-    }
+    return schema
 
 
 def _names(model: ResourceModel) -> dict[str, Any]:
@@ -254,11 +297,11 @@ def _names(model: ResourceModel) -> dict[str, Any]:
     return names
 
 
-def _version(model: ResourceModel, schema: dict[str, Any]) -> dict[str, Any]:
+def _version(model: ResourceModel, schema: dict[str, Any], *, storage: bool) -> dict[str, Any]:
     version: dict[str, Any] = {
         "name": model.version,
         "served": model.served,
-        "storage": model.storage,
+        "storage": storage,
         "schema": {"openAPIV3Schema": schema},
     }
     subresources: dict[str, Any] = {}

@@ -94,7 +94,8 @@ class ResourceModel:
     status_subresource: bool
     scale: Scale | None
     served: bool = True
-    storage: bool = True
+    storage: bool | None = None
+    """Whether this version is the one stored in etcd; ``None``: if it is the only version."""
 
     @property
     def crd_name(self) -> str:
@@ -136,11 +137,17 @@ def resource(
     printer_columns: Iterable[PrinterColumn] = (),
     status_subresource: bool | None = None,
     scale: Scale | None = None,
+    served: bool = True,
+    storage: bool | None = None,
 ) -> Callable[[_ModelT], _ModelT]:
     """Mark a ``msgspec.Struct`` (with a ``spec`` field) as a custom resource's model.
 
     ``kind`` defaults to the class name, ``plural``/``singular`` to the lowercase kind (+"s"),
     ``status_subresource`` to whether the model has a ``status`` field.
+
+    Several versions of one resource are several models with the same group and kind (and
+    names), one of them with ``storage=True``; :func:`conversion` functions convert between
+    them (``trioperator crd`` puts them all into one CRD).
     """
 
     def decorator(cls: _ModelT) -> _ModelT:
@@ -186,6 +193,8 @@ def resource(
             printer_columns=tuple(printer_columns),
             status_subresource=has_status if status_subresource is None else status_subresource,
             scale=scale,
+            served=served,
+            storage=storage,
         )
         setattr(cls, MODEL_ATTR, model)
         _declared.append(cls)
@@ -216,6 +225,76 @@ def model_of(obj: object) -> ResourceModel | None:
 def _field_type(cls: type[msgspec.Struct], name: str) -> Any:
     hints = typing.get_type_hints(cls, include_extras=False)
     return hints.get(name)
+
+
+# ---------------------------------------------------------------------------------- conversion
+
+ConversionFn = Callable[[Any], Any]
+
+_conversions: dict[tuple[str, str, str], ConversionFn] = {}
+"""(CRD name, from version, to version) -> the function converting a model instance."""
+
+_ConversionT = TypeVar("_ConversionT", bound=ConversionFn)
+
+
+def conversion(
+    source: type[msgspec.Struct], target: type[msgspec.Struct]
+) -> Callable[[_ConversionT], _ConversionT]:
+    """Mark ``fn(obj: Source) -> Target`` as the conversion between two versions of a resource.
+
+    The function gets a decoded instance of ``source`` (``spec``, ``status``) and returns one of
+    ``target``; the object's metadata is carried over by the framework. Conversions chain: with
+    v1 -> v2 and v2 -> v3, a v1 object is read as v3 through v2.
+    """
+    source_model, target_model = model_of(source), model_of(target)
+    if source_model is None or target_model is None:
+        raise TypeError("@conversion() converts between resource models (typed.resource).")
+    if source_model.crd_name != target_model.crd_name or source_model.kind != target_model.kind:
+        raise TypeError(
+            f"@conversion() converts between versions of one resource, not from "
+            f"{source_model.crd_name} to {target_model.crd_name}."
+        )
+    if source_model.version == target_model.version:
+        raise TypeError(f"{source.__name__} and {target.__name__} are the same version.")
+
+    def decorator(fn: _ConversionT) -> _ConversionT:
+        if not callable(fn):
+            raise TypeError(f"A conversion must be callable, got {fn!r}.")
+        key = (source_model.crd_name, source_model.version, target_model.version)
+        _conversions[key] = fn
+        return fn
+
+    return decorator
+
+
+def conversion_path(crd_name: str, source: str, target: str) -> list[tuple[str, str, ConversionFn]]:
+    """The shortest chain of conversions from one version to another: ``[(from, to, fn)]``;
+    empty for the same version. Raises ``LookupError`` if there is none."""
+    if source == target:
+        return []
+    edges: dict[str, list[tuple[str, ConversionFn]]] = {}
+    for (name, src, dst), fn in _conversions.items():
+        if name == crd_name:
+            edges.setdefault(src, []).append((dst, fn))
+    previous: dict[str, tuple[str, ConversionFn]] = {}
+    frontier = [source]
+    while frontier and target not in previous:
+        following = []
+        for version in frontier:
+            for nxt, fn in edges.get(version, []):
+                if nxt != source and nxt not in previous:
+                    previous[nxt] = (version, fn)
+                    following.append(nxt)
+        frontier = following
+    if target not in previous:
+        raise LookupError(f"No conversion of {crd_name} from {source} to {target}.")
+    path: list[tuple[str, str, ConversionFn]] = []
+    version = target
+    while version != source:
+        src, fn = previous[version]
+        path.append((src, version, fn))
+        version = src
+    return path[::-1]
 
 
 # ------------------------------------------------------------------------------------ decoding
