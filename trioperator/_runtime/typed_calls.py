@@ -9,8 +9,10 @@ every Kopf handler) pay nothing, not even a check per call.
 
 A value that does not decode is the object's fault, not the handler's: the handler is not
 called, the problem (which field, why) is logged once by the usual "failed permanently" line,
-and a ``Warning`` Event is posted on the object. A permanent failure is not retried: the
-handler is called again when the object changes (update and field handlers), not in a loop.
+and a ``Warning`` Event is posted on the object (if it exists: not under admission of a new
+one, where the rejection tells the client). A permanent failure is not retried: the handler is
+called again when the object changes (update and field handlers), not in a loop. ``old`` and
+``new`` are ``None`` where there is no old or new object (or field), whatever their annotation.
 
 A Struct returned by the handler (a result stored in the status) or put into its ``patch``
 (``patch['status'] = WidgetStatus(...)``) is turned into plain dicts after the call.
@@ -136,12 +138,18 @@ def _decode_kwargs(plan: list[_Decoding], kwargs: dict[str, Any]) -> None:
             part = decoding.mode
             holder = body if decoding.kwarg in ("spec", "status") else value
             if decoding.kwarg in ("old", "new"):
+                if holder is None:  # no old object on creation, no new one on deletion
+                    kwargs[decoding.kwarg] = None
+                    continue
                 what = f"{decoding.kwarg} spec"
             value = holder.get(part) if holder is not None else None
             if value is None and not decoding.optional and part == "status":
                 value = {}  # no status yet: the status type's defaults
         elif decoding.mode == "whole" and value is not None:
             value = dict(value)
+        elif decoding.kwarg in ("old", "new") and value is None:
+            kwargs[decoding.kwarg] = None  # a field that is not there (yet, or any more)
+            continue
         if value is None and decoding.optional:
             kwargs[decoding.kwarg] = None
             continue
@@ -153,7 +161,10 @@ def _decode_kwargs(plan: list[_Decoding], kwargs: dict[str, Any]) -> None:
 
 
 def _report(body: Any, exc: SpecDecodeError) -> None:
-    if body is None:
+    # An object under admission may not exist yet: no uid, nothing to post an Event about
+    # (the rejected admission says it to the client instead).
+    metadata = body.get("metadata") if body is not None else None
+    if not isinstance(metadata, Mapping) or not metadata.get("uid"):
         return
     try:
         warn(body, reason=INVALID_REASON, message=str(exc))

@@ -118,6 +118,11 @@ def test_old_and_new_are_specs_or_field_values_or_whole_objects() -> None:
     )
     typed_handler(specs, field=None)(**_kwargs(old=None, new=new_body))  # type: ignore[misc]
     assert received[-1] == (None, Spec(image_name="nginx", replicas=5))
+    # No old object (creation): None, even where the annotation does not allow it.
+    typed_handler(field, field=None)(**_kwargs(old=None, new=new_body))  # type: ignore[misc]
+    assert received[-1] == (None, Spec(image_name="nginx", replicas=5))
+    typed_handler(field, field=("spec", "x"))(**_kwargs(old=None, new=None))  # type: ignore[misc]
+    assert received[-1] == (None, None)
     typed_handler(whole, field=None)(**_kwargs(old=BODY, new=new_body))  # type: ignore[misc]
     assert received[-1][1] == Thing(
         spec=Spec(image_name="nginx", replicas=5), status=Status(ready=1)
@@ -158,6 +163,36 @@ def test_an_invalid_spec_does_not_call_the_handler() -> None:
     ):
         wrapper(**_kwargs(missing))
     assert calls == []
+
+
+def test_events_are_posted_only_about_existing_objects(monkeypatch: pytest.MonkeyPatch) -> None:
+    posted: list[tuple[Any, str, str]] = []
+
+    def warn(obj: Any, *, reason: str, message: str = "") -> None:
+        posted.append((obj["metadata"]["name"], reason, message))
+
+    monkeypatch.setattr("trioperator._runtime.typed_calls.warn", warn)
+
+    def fn(spec: Spec, **_: Any) -> None:
+        pass
+
+    wrapper = typed_handler(fn, field=None)
+    assert wrapper is not None
+    bad = {**BODY, "spec": {"replicas": 2}}
+    with pytest.raises(PermanentError):
+        wrapper(**_kwargs(bad))
+    assert posted == [
+        (
+            "n",
+            "InvalidSpec",
+            "spec does not match Spec: Object missing required field `imageName` (at spec)",
+        )
+    ]
+    # Under admission, a new object has no uid yet: the rejection tells the client instead.
+    unborn = {**bad, "metadata": {"name": "m", "namespace": "ns"}}
+    with pytest.raises(PermanentError):
+        wrapper(**_kwargs(unborn))
+    assert len(posted) == 1
 
 
 def test_misused_annotations_are_refused_at_registration() -> None:
