@@ -3,8 +3,10 @@ objects with the models' constraints, and the typed example (and its dict twin) 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -106,3 +108,112 @@ def test_typed_example_and_its_dict_twin(
     assert operator.stop() == 0
     assert "Traceback" not in operator.output
     assert operator.count(r"Handler '\w+' failed") == 0
+
+
+GIZMOS = "gizmos.examples.trioperator.dev"
+
+
+def _gizmo(version: str, name: str, spec: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": f"examples.trioperator.dev/{version}",
+            "kind": "Gizmo",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+
+
+def _wait_for(predicate: Any, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.3)
+    raise AssertionError(f"Not within {timeout}s: {what}")
+
+
+def test_conversion_webhook_reads_v1_as_v2_and_back(
+    kubectl: Kubectl, namespace: str, run_operator: Any
+) -> None:
+    generated = subprocess.run(
+        [sys.executable, "-m", "trioperator", "crd", str(TYPED / "gizmos.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    ).stdout
+    kubectl("apply", "-f", "-", input=generated)
+    kubectl("wait", "--for=condition=Established", f"crd/{GIZMOS}", "--timeout=30s")
+    operator = run_operator("-n", namespace, str(TYPED / "gizmos.py"))
+    try:
+        operator.wait_for("The operator is ready")
+        operator.wait_for(rf"Serving the conversions of {GIZMOS}\.")
+        crd = kubectl.get("crd", GIZMOS)
+        assert crd["spec"]["conversion"]["strategy"] == "Webhook"
+        assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["url"].endswith(
+            f"/conversion/{GIZMOS}"
+        )
+
+        # Written in v1 (stored as it is), read in v2 through the webhook.
+        kubectl(
+            "apply", "-n", namespace, "-f", "-", input=_gizmo("v1", "g1", {"size": "3 gadgets"})
+        )
+
+        def read_v2() -> Any:
+            result = subprocess.run(
+                [
+                    kubectl.binary,
+                    "get",
+                    "-n",
+                    namespace,
+                    "-o",
+                    "json",
+                    f"{GIZMOS.replace('gizmos.', 'gizmos.v2.')}",
+                    "g1",
+                ],
+                env=kubectl.env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            return json.loads(result.stdout) if result.returncode == 0 else None
+
+        as_v2 = _wait_for(read_v2, "g1 read in v2")
+        assert as_v2["apiVersion"] == "examples.trioperator.dev/v2"
+        assert as_v2["spec"] == {"count": 3, "unit": "gadgets"}
+        operator.wait_for(r"Gizmo g1: 3 gadgets\.")  # the operator's handler, in v1
+        operator.wait_for(r"Handler 'create_fn' succeeded\.")
+
+        # Written in v2, stored (and read) in v1.
+        kubectl(
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            input=_gizmo("v2", "g2", {"count": 5, "unit": "bolts"}),
+        )
+        as_v1 = kubectl.get(GIZMOS.replace("gizmos.", "gizmos.v1."), "g2", "-n", namespace)
+        assert as_v1["spec"] == {"size": "5 bolts"}
+        operator.wait_for(r"Gizmo g2: 5 bolts\.")
+        # What the operator wrote in v2 (its diff-base, its handler's progress) survives v1.
+        assert "kopf.zalando.org/last-handled-configuration" in as_v1["metadata"].get(
+            "annotations", {}
+        ) or _wait_for(
+            lambda: (
+                "kopf.zalando.org/last-handled-configuration"
+                in kubectl.get(GIZMOS, "g2", "-n", namespace)["metadata"].get("annotations", {})
+            ),
+            "the diff-base of g2",
+        )
+        kubectl("delete", GIZMOS, "--all", "-n", namespace)
+        assert operator.stop() == 0
+        assert "Traceback" not in operator.output
+        assert operator.count(r"Conversion of .* failed") == 0
+    finally:
+        operator.stop()
+        # Without the operator, the webhook is gone: the CRD goes too (its objects with it).
+        kubectl("delete", "crd", GIZMOS, "--wait=false", check=False)

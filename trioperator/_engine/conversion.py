@@ -8,29 +8,63 @@ encoded again, with its metadata as it was (the API server refuses any other cha
 Fields of the status that no model declares -- the framework's own records, the handlers'
 results -- are carried over as they are: they would be lost on every conversion otherwise.
 
-Pure: no I/O. The webhook server that calls it is not wired yet (docs/typed-resources.md).
+Pure: no I/O. The operator's webhook server (``_runtime/admission.py``) answers reviews at
+``<its URL>/conversion/<CRD name>`` for the resources that its handlers name by their model
+(:func:`served_conversions`), and points the CRDs' ``spec.conversion`` there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
 
+from trioperator._engine.handlers import ResourceHandler
 from trioperator._engine.models import (
     ResourceModel,
     SpecDecodeError,
     conversion_path,
+    converted_crds,
     declared_models,
     decode,
     model_of,
     struct_type,
 )
 
-__all__ = ["REVIEW_API_VERSION", "ConversionError", "convert_object", "convert_review"]
+__all__ = [
+    "CONVERSION_PATH",
+    "REVIEW_API_VERSION",
+    "ConversionError",
+    "conversion_stanza",
+    "convert_object",
+    "convert_review",
+    "served_conversions",
+]
 
 REVIEW_API_VERSION: Final = "apiextensions.k8s.io/v1"
+
+CONVERSION_PATH: Final = "conversion/"
+"""The webhook id prefix (the URL path under the server's root) of the conversion webhooks."""
+
+
+def served_conversions(handlers: Iterable[object]) -> frozenset[str]:
+    """The CRDs (by name) whose conversions an operator with these handlers serves: those with
+    conversion functions that a resource handler names by group and plural (e.g. by model)."""
+    selected = set()
+    for handler in handlers:
+        selector = handler.selector if isinstance(handler, ResourceHandler) else None
+        if selector is not None and selector.group and selector.plural:
+            selected.add(f"{selector.plural}.{selector.group}")
+    return frozenset(selected & converted_crds())
+
+
+def conversion_stanza(client_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The CRD's ``spec.conversion`` for a webhook at this client config (URL/service + CA)."""
+    return {
+        "strategy": "Webhook",
+        "webhook": {"conversionReviewVersions": ["v1"], "clientConfig": dict(client_config)},
+    }
 
 
 class ConversionError(ValueError):

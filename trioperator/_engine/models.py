@@ -267,6 +267,11 @@ def conversion(
     return decorator
 
 
+def converted_crds() -> frozenset[str]:
+    """The CRDs (by name) with at least one conversion function."""
+    return frozenset(name for name, _, _ in _conversions)
+
+
 def conversion_path(crd_name: str, source: str, target: str) -> list[tuple[str, str, ConversionFn]]:
     """The shortest chain of conversions from one version to another: ``[(from, to, fn)]``;
     empty for the same version. Raises ``LookupError`` if there is none."""

@@ -1,13 +1,21 @@
-"""Typed admission handlers: the spec under review decoded, an undecodable one rejected."""
+"""Typed resources on the webhook server: typed admission handlers (the spec under review
+decoded, an undecodable one rejected) and the conversion webhook's reviews."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import msgspec
+import pytest
 import trioperator as kopf
 from tests.integration.admission.test_serving import OBJ, review, serving
+from trioperator import typed
+from trioperator._client.resources import ALL_VERBS, Resource
+from trioperator._engine.rbac import required_permissions
 from trioperator._engine.registry import OperatorRegistry
+from trioperator._engine.settings import OperatorSettings
+from trioperator._engine.webhooks import WebhookRejected
 from trioperator._runtime.admission import AdmissionServing
 
 __all__ = ["serving"]  # the fixture, shared with test_serving
@@ -36,3 +44,97 @@ async def test_a_typed_validator_gets_a_struct_and_an_invalid_spec_is_rejected(
     message = rejected["response"]["status"]["message"]
     assert "spec does not match ExampleSpec: Expected `str`, got `int` (at spec.field)" in message
     assert seen == [ExampleSpec(field="value")]  # not called for the invalid one
+
+
+class SizeV1(msgspec.Struct):
+    size: str
+
+
+class SizeV2(msgspec.Struct):
+    count: int
+
+
+@typed.resource("serving.example.com", "v1", kind="Box", plural="boxes", storage=True)
+class BoxV1(msgspec.Struct):
+    spec: SizeV1
+
+
+@typed.resource("serving.example.com", "v2", kind="Box", plural="boxes")
+class BoxV2(msgspec.Struct):
+    spec: SizeV2
+
+
+@typed.conversion(BoxV1, BoxV2)
+def box_up(box: BoxV1) -> BoxV2:
+    return BoxV2(spec=SizeV2(count=len(box.spec.size)))
+
+
+def _conversion_review(desired: str) -> bytes:
+    box = {
+        "apiVersion": "serving.example.com/v1",
+        "kind": "Box",
+        "metadata": {"name": "b1", "namespace": "ns1", "uid": "u"},
+        "spec": {"size": "xxx"},
+    }
+    request = {"uid": "c-1", "desiredAPIVersion": desired, "objects": [box]}
+    review = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "ConversionReview",
+        "request": request,
+    }
+    return json.dumps(review).encode()
+
+
+async def test_conversion_reviews_are_served_for_the_handled_resources(
+    registry: OperatorRegistry, serving: AdmissionServing
+) -> None:
+    crd = "boxes.serving.example.com"
+    with pytest.raises(WebhookRejected) as unserved:  # no handler names the resource yet
+        await serving(_conversion_review("serving.example.com/v2"), webhook=f"conversion/{crd}")
+    assert unserved.value.status == 404
+
+    kopf.on.create(BoxV1, registry=registry)(lambda **_: None)
+    converted = await serving(
+        _conversion_review("serving.example.com/v2"), webhook=f"conversion/{crd}"
+    )
+    assert converted["kind"] == "ConversionReview"
+    assert converted["response"]["uid"] == "c-1"
+    assert converted["response"]["result"] == {"status": "Success"}
+    assert converted["response"]["convertedObjects"][0]["spec"] == {"count": 3}
+
+    failed = await serving(
+        _conversion_review("serving.example.com/v9"), webhook=f"conversion/{crd}"
+    )
+    assert failed["response"]["result"]["status"] == "Failure"
+    assert "No model of Box in serving.example.com/v9" in failed["response"]["result"]["message"]
+
+    with pytest.raises(WebhookRejected) as garbage:
+        await serving(b"{not json", webhook=f"conversion/{crd}")
+    assert garbage.value.status == 400
+
+
+def test_rbac_grants_patching_only_the_converted_crds() -> None:
+    registry = OperatorRegistry()
+    kopf.on.create(BoxV1, registry=registry)(lambda **_: None)
+    settings = OperatorSettings()
+    settings.admission.managed = "auto"
+    known = {
+        Resource(
+            group="serving.example.com",
+            version="v1",
+            plural="boxes",
+            kind="Box",
+            namespaced=True,
+            verbs=ALL_VERBS,
+        )
+    }
+    permissions = required_permissions(registry, settings, known, namespaces=[])
+    rules = [r for r in permissions.cluster if r.resources == ("customresourcedefinitions",)]
+    assert any(r.verbs == ("patch",) and r.names == ("boxes.serving.example.com",) for r in rules)
+    settings.admission.managed = None
+    permissions = required_permissions(registry, settings, known, namespaces=[])
+    assert not any(
+        "patch" in r.verbs
+        for r in permissions.cluster
+        if r.resources == ("customresourcedefinitions",)
+    )
