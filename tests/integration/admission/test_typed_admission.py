@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import trio
 import trioperator as kopf
 from tests.integration.admission.test_serving import OBJ, review, serving
 from trioperator import typed
@@ -16,7 +17,7 @@ from trioperator._engine.rbac import required_permissions
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookRejected
-from trioperator._runtime.admission import AdmissionServing
+from trioperator._runtime.admission import AdmissionServing, run_admission
 
 __all__ = ["serving"]  # the fixture, shared with test_serving
 
@@ -138,3 +139,59 @@ def test_rbac_grants_patching_only_the_converted_crds() -> None:
         for r in permissions.cluster
         if r.resources == ("customresourcedefinitions",)
     )
+
+
+async def test_conversions_alone_start_the_server_and_point_the_crd_at_it(
+    autojump_clock: Any,
+    fake_api: Any,
+    api_client: Any,
+    registry: OperatorRegistry,
+    settings: OperatorSettings,
+    insights: Any,
+    helpers: Any,
+    nursery: trio.Nursery,
+) -> None:
+    crd = "boxes.serving.example.com"
+    fake_api.create_object("customresourcedefinitions", typed.crd_manifest(BoxV1, BoxV2))
+    kopf.on.create(BoxV1, registry=registry)(lambda **_: None)  # no admission handlers at all
+    server = helpers.FakeServer({"url": "https://127.0.0.1:9443", "caBundle": "Q0E="})
+    settings.admission.server = server
+    settings.admission.managed = "auto.kopf.dev"
+    stopping = trio.Event()
+    done = trio.Event()
+
+    async def run(*, task_status: trio.TaskStatus[None]) -> None:
+        try:
+            await run_admission(
+                api=api_client,
+                registry=registry,
+                settings=settings,
+                fn=lambda *_, **__: {},  # type: ignore[arg-type,return-value]
+                insights=insights,
+                stopping=stopping,
+                task_status=task_status,
+            )
+        finally:
+            done.set()
+
+    def conversion() -> Any:
+        return fake_api.get_object("customresourcedefinitions", crd)["spec"].get("conversion")
+
+    await nursery.start(run)
+    assert server.running
+    await helpers.wait_until(lambda: (conversion() or {}).get("strategy") == "Webhook")
+    assert conversion() == {
+        "strategy": "Webhook",
+        "webhook": {
+            "conversionReviewVersions": ["v1"],
+            "clientConfig": {"url": f"https://127.0.0.1:9443/conversion/{crd}", "caBundle": "Q0E="},
+        },
+    }
+    await server.send({"url": "https://127.0.0.1:9444", "caBundle": "TkVX"})  # e.g. a new cert
+    await helpers.wait_until(lambda: conversion()["webhook"]["clientConfig"]["caBundle"] == "TkVX")
+    stopping.set()
+    with trio.fail_after(60):
+        await done.wait()
+    assert conversion()["webhook"]["clientConfig"]["url"].startswith("https://127.0.0.1:9444/")
+    # No admission handlers: no webhook configurations were written.
+    assert not fake_api.has_object("validatingwebhookconfigurations", "auto.kopf.dev")
