@@ -23,6 +23,8 @@ import functools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
+import msgspec
+
 from trioperator._client.resources import Resource
 from trioperator._engine.errors import ErrorsMode
 from trioperator._engine.filters import FieldPath, FieldSpec, MetaFilter, ValueFilter, WhenFilterFn
@@ -52,6 +54,7 @@ from trioperator._engine.handlers import (
     generate_id,
 )
 from trioperator._engine.ids import HandlerId
+from trioperator._engine.models import model_of
 from trioperator._engine.reasons import Reason
 from trioperator._engine.registry import (
     OperatorRegistry,
@@ -59,6 +62,7 @@ from trioperator._engine.registry import (
     get_default_registry,
 )
 from trioperator._engine.selectors import Marker, Selector
+from trioperator._runtime.typed_calls import typed_handler
 
 __all__ = [
     "cleanup",
@@ -83,13 +87,35 @@ __all__ = [
 
 _FnT = TypeVar("_FnT", bound=Callable[..., Any])
 
-ResourceArg = str | Marker | Callable[[Resource], bool] | None
-"""The first positional resource argument: a name/group, ``EVERYTHING``, or a callable."""
+ResourceArg = str | Marker | Callable[[Resource], bool] | type[msgspec.Struct] | None
+"""The first positional resource argument: a name/group, ``EVERYTHING``, a callable, or a
+resource model (a Struct marked with ``trioperator.typed.resource``)."""
 
 NameArg = str | Marker | None
 
 
 # ------------------------------------------------------------------------------------ helpers
+
+
+def _selector(
+    arg1: ResourceArg, arg2: NameArg, arg3: NameArg, /, **keywords: str | None
+) -> Selector:
+    """The decorator's resource: a ``Selector`` of the arguments, or of a resource model."""
+    model = model_of(arg1)
+    if model is None:
+        return Selector(arg1, arg2, arg3, **keywords)  # type: ignore[arg-type]
+    if arg2 is not None or arg3 is not None or any(v is not None for v in keywords.values()):
+        raise TypeError(
+            f"The resource model {model.kind} names the resource on its own: "
+            "give no other resource arguments."
+        )
+    return Selector(group=model.group, version=model.version, plural=model.plural)
+
+
+def _typed(fn: _FnT, field: FieldPath | None) -> _FnT:
+    """``fn`` itself, or a wrapper decoding its typed arguments (docs/typed-resources.md)."""
+    wrapper = typed_handler(fn, field=field)
+    return fn if wrapper is None else wrapper  # type: ignore[return-value]
 
 
 def _check_registry(registry: OperatorRegistry | None) -> None:
@@ -139,7 +165,7 @@ def _registering(
         real_registry = registry if registry is not None else get_default_registry()
         # Field handlers get the field in their id, so one function can serve several fields.
         handler_id: HandlerId = generate_id(fn, id=id, suffix=".".join(field or ()))
-        real_registry.append(build(fn=fn, id=handler_id))
+        real_registry.append(build(fn=_typed(fn, field), id=handler_id))
         return fn
 
     return decorator
@@ -377,7 +403,7 @@ def validate(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.validate()``: a validating admission webhook."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -431,7 +457,7 @@ def mutate(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.mutate()``: a mutating admission webhook (edits the ``patch`` kwarg)."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -490,7 +516,7 @@ def resume(
 
     Skipped for objects being deleted unless ``deleted=True``.
     """
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -547,7 +573,7 @@ def create(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.create()``: the object was created (or first seen without a diff-base)."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -603,7 +629,7 @@ def update(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.update()``: an essential change; with ``field=``, only when that field changes."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -669,7 +695,7 @@ def delete(
 
     A finalizer holds the object until the handler succeeds, unless ``optional=True``.
     """
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -727,7 +753,7 @@ def field(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.field()``: the given field changed (was added, modified, or removed)."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -791,7 +817,7 @@ def event(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.on.event()``: every raw watch event; failures are logged and ignored."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -859,7 +885,7 @@ def reconcile(
     again later; an exception retries it with an exponential backoff. ``when`` (e.g.
     ``generation_changed``) filters the object's own changes only. See docs/reconcile.md.
     """
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -896,7 +922,7 @@ def reconcile(
             raise TypeError(f"A handler must be callable, got {fn!r}.")
         real_registry = registry if registry is not None else get_default_registry()
         handler_id: HandlerId = generate_id(fn, id=id)
-        real_registry.append(build(fn=fn, id=handler_id))
+        real_registry.append(build(fn=_typed(fn, None), id=handler_id))
         # One relay per child resource and mapper: the watchers of those resources turn
         # their events into requests to reconcile objects of ``selector``.
         for child in owned:
@@ -951,7 +977,7 @@ def index(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.index()``: an in-memory index, passed to handlers as a kwarg named by its id."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -1004,7 +1030,7 @@ def daemon(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.daemon()``: a long-running task per object, stopped on deletion or exit."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,
@@ -1068,7 +1094,7 @@ def timer(
     registry: OperatorRegistry | None = None,
 ) -> Callable[[_FnT], _FnT]:
     """``@kopf.timer()``: runs every ``interval`` seconds per object (after ``idle`` calm)."""
-    selector = Selector(
+    selector = _selector(
         arg1, arg2, arg3,
         group=group, version=version, kind=kind, plural=plural,
         singular=singular, shortcut=shortcut, category=category,

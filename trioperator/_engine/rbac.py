@@ -14,6 +14,8 @@ The rules follow what the runtime actually requests, and nothing else:
   namespaces, on namespaces (their patterns are matched against the existing ones);
 * managed admission webhooks: ``create`` + ``patch`` on the validating and mutating webhook
   configurations (both are always written; the cleanup is a patch too);
+* served conversions of typed resources (docs/typed-resources.md), when managed: ``patch`` on
+  those CRDs only, by name (their ``spec.conversion`` points at the webhook server);
 * sharding (``settings.sharding.enabled``): ``get``, ``list``, ``watch``, ``create``, ``patch``,
   ``delete`` on ``coordination.k8s.io`` leases, in the ring's namespace only (a Role there);
 * the webhook servers' shared CA (``WebhookServiceServer``'s Secret, named by the caller: the
@@ -31,6 +33,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final
 
 from trioperator._client.resources import Resource
+from trioperator._engine.conversion import served_conversions
 from trioperator._engine.handlers import (
     ChangingHandler,
     IndexingHandler,
@@ -236,8 +239,20 @@ def required_permissions(
         leases.add("coordination.k8s.io", "leases", "get", "list", "watch", "create", "patch")
         leases.add("coordination.k8s.io", "leases", "delete")
 
+    conversion_rules: tuple[Rule, ...] = ()
+    conversions = served_conversions(registry.iter_all_handlers())
+    if conversions and settings.admission.managed is not None:
+        conversion_rules = (
+            Rule(
+                group="apiextensions.k8s.io",
+                resources=("customresourcedefinitions",),
+                verbs=("patch",),
+                names=tuple(sorted(conversions)),
+            ),
+        )
+
     webhook_ca: tuple[Rule, ...] = ()
-    if webhooks and webhook_ca_secret:
+    if (webhooks or conversions) and webhook_ca_secret:
         # Read by every replica (only this Secret); created by the first one.
         webhook_ca = (
             Rule(group="", resources=("secrets",), verbs=("get",), names=(webhook_ca_secret,)),
@@ -250,7 +265,7 @@ def required_permissions(
         default_ns = _Grants()
         local.add("", "events", "create")
     return Permissions(
-        cluster=cluster.rules(),
+        cluster=cluster.rules() + conversion_rules,
         namespaced=local.rules(),
         namespaces=literal,
         default_namespace=default_ns.rules(),

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
+import msgspec
 import trio
 
 from trioperator._client.api import APIClient
@@ -59,8 +60,15 @@ from trioperator._engine.admission import (
     mutation_patch,
     resolve_webhook_id,
     select_handlers,
+    url_with_handler_id,
 )
 from trioperator._engine.bodies import Body
+from trioperator._engine.conversion import (
+    CONVERSION_PATH,
+    conversion_stanza,
+    convert_review,
+    served_conversions,
+)
 from trioperator._engine.diffs import diff
 from trioperator._engine.errors import ErrorsMode, PermanentError
 from trioperator._engine.handlers import WebhookHandler, WebhookType
@@ -220,6 +228,8 @@ class AdmissionServing:
         headers: Headers | None,
         sslpeer: SSLPeer | None,
     ) -> dict[str, Any]:
+        if webhook is not None and webhook.startswith(CONVERSION_PATH):
+            return await self._convert(request, crd=webhook[len(CONVERSION_PATH) :])
         try:
             if isinstance(request, bytes) and len(request) > DECODE_IN_THREAD:
                 review = await trio.to_thread.run_sync(decode_review, request)
@@ -275,6 +285,25 @@ class AdmissionServing:
             message=message,
             code=code,
         )
+
+    async def _convert(self, request: bytes | Mapping[str, Any], *, crd: str) -> dict[str, Any]:
+        """A ConversionReview of a typed resource (docs/typed-resources.md)."""
+        if crd not in served_conversions(self.registry.iter_all_handlers()):
+            raise WebhookRejected(f"No conversions are served for {crd!r}.", status=404)
+        try:
+            review = msgspec.json.decode(request) if isinstance(request, bytes) else request
+            if not isinstance(review, Mapping) or review.get("kind") != "ConversionReview":
+                raise ValueError("not a ConversionReview")
+            if isinstance(request, bytes) and len(request) > DECODE_IN_THREAD:
+                response = await trio.to_thread.run_sync(convert_review, review)
+            else:
+                response = convert_review(review)
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise WebhookRejected(f"Not a ConversionReview request: {exc}", status=400) from None
+        result = response["response"]["result"]
+        if result["status"] != "Success":
+            logger.error(f"Conversion of {crd} failed: {result.get('message')}")
+        return response
 
     def _build_cause(
         self,
@@ -362,7 +391,8 @@ async def run_admission(
     Reports started once the server accepts connections (trio-native servers say when; a
     Kopf-shaped one is assumed to from its start). Without admission handlers, nothing runs.
     """
-    if not registry.get_handlers(WebhookHandler):
+    conversions = served_conversions(registry.iter_all_handlers())
+    if not registry.get_handlers(WebhookHandler) and not conversions:
         if settings.admission.server is not None:
             logger.info("No admission handlers: the admission server is not started.")
         task_status.started()
@@ -393,6 +423,7 @@ async def run_admission(
                             settings=settings,
                             insights=insights,
                             configs=receive,
+                            conversions=conversions,
                         ),
                         name="admission configurations",
                     )
@@ -460,8 +491,10 @@ async def _manage_configurations(
     settings: OperatorSettings,
     insights: AdmissionInsights,
     configs: trio.MemoryReceiveChannel[WebhookClientConfig],
+    conversions: frozenset[str] = frozenset(),
 ) -> None:
-    """Keep both configurations in step with the client config and the served resources."""
+    """Keep both configurations in step with the client config and the served resources, and
+    the conversion of the CRDs in ``conversions`` pointed at the server."""
     name = settings.admission.managed
     assert name is not None
     latest: WebhookClientConfig | None = None
@@ -491,11 +524,15 @@ async def _manage_configurations(
                 wanted = (latest, insights.webhook_resources)
                 if applied is not None and wanted == applied:
                     continue
-                logger.info(f"Reconfiguring the admission webhooks {name!r}.")
-                await _patch_configurations(api, registry, settings, *wanted)
+                if applied is None or applied[0] != latest:
+                    await _patch_conversions(api, conversions, latest)
+                if registry.get_handlers(WebhookHandler):
+                    logger.info(f"Reconfiguring the admission webhooks {name!r}.")
+                    await _patch_configurations(api, registry, settings, *wanted)
                 applied = wanted
     finally:
-        if applied is not None:
+        # The conversions stay: without them, objects could not be read in other versions.
+        if applied is not None and registry.get_handlers(WebhookHandler):
             with trio.move_on_after(CLEANUP_TIMEOUT, shield=True) as scope:
                 logger.info(f"Cleaning up the admission webhooks {name!r}.")
                 try:
@@ -510,6 +547,34 @@ async def _manage_configurations(
                     f"The admission webhooks {name!r} were not cleaned up within "
                     f"{CLEANUP_TIMEOUT:g} seconds: the non-persistent ones may remain."
                 )
+
+
+CRDS: Final = Resource(
+    group="apiextensions.k8s.io",
+    version="v1",
+    plural="customresourcedefinitions",
+    kind="CustomResourceDefinition",
+    singular="customresourcedefinition",
+    namespaced=False,
+    verbs=ALL_VERBS,
+)
+
+
+async def _patch_conversions(
+    api: APIClient, conversions: frozenset[str], client_config: WebhookClientConfig
+) -> None:
+    """Point the ``spec.conversion`` of each CRD at the server (its path for that CRD)."""
+    for crd in sorted(conversions):
+        stanza = conversion_stanza(url_with_handler_id(client_config, f"{CONVERSION_PATH}{crd}"))
+        logger.info(f"Serving the conversions of {crd}.")
+        try:
+            await api.patch(CRDS, name=crd, payload={"spec": {"conversion": stanza}}, logger=logger)
+        except APIForbiddenError:
+            logger.error(
+                f"Not enough RBAC permissions to set the conversion of {crd} "
+                "(needed: patch on customresourcedefinitions)."
+            )
+            raise
 
 
 async def _create_configuration(api: APIClient, resource: Resource, name: str) -> None:
