@@ -395,8 +395,9 @@ async def test_label_filters_apply_to_every_request_and_an_unmatched_object_is_l
     settings.reconciling.observed_generation = True
     runs: list[str] = []
 
+    # Async: the mock clock jumps while a sync handler's thread runs, skipping resyncs.
     @kopf.on.reconcile("kopfexamples", labels={"a": "b"}, resync=10, registry=registry)
-    def reconcile_fn(name: str, **_: Any) -> None:
+    async def reconcile_fn(name: str, **_: Any) -> None:
         runs.append(name)
 
     running = await run_operator()
