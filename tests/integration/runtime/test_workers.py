@@ -184,3 +184,46 @@ async def test_under_a_worker_limit_an_idle_worker_keeps_its_task_and_slot(
     await running.wait_for(lambda: handled(running, "second"))
     # The second object got the slot only when the first worker idled out (as in Kopf).
     assert started["second"] - started["first"] >= 3
+
+
+async def test_a_restart_over_handled_objects_leaves_no_idle_workers_behind(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    settings: kopf.OperatorSettings,
+    logs: Any,
+) -> None:
+    # A listed object with nothing to do writes nothing, so no echo of ours is coming: its
+    # worker ends at once, instead of lingering until idle_timeout (after a restart over
+    # thousands of handled objects, all those retirements would come later, together).
+    settings.queueing.idle_timeout = 60
+    seen: list[str] = []
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(name: str, **_: Any) -> None:
+        seen.append(f"created {name}")
+
+    @kopf.on.update("kopfexamples", id="update_fn", registry=registry)
+    async def update_fn(name: str, **_: Any) -> None:
+        seen.append(f"updated {name}")
+
+    first = await run_operator()
+    for index in range(1, 4):
+        first.create(name=f"kopf-example-{index}")
+    await first.wait_for(lambda: all(handled(first, f"kopf-example-{i}") for i in range(1, 4)))
+    await first.stop()
+
+    second = await run_operator()  # the restart: a listing of three handled objects
+    started = trio.current_time()
+    await second.wait_for(lambda: logs.count("we are not interested") >= 3)
+    await second.wait_for(lambda: second.workers() == [])
+    assert trio.current_time() - started < 1  # not after idle_timeout (60 s)
+
+    second.patch({"spec": {"field": "changed"}}, name="kopf-example-2")  # still served
+    await second.wait_for(lambda: "updated kopf-example-2" in seen)
+    assert sorted(seen) == [
+        "created kopf-example-1",
+        "created kopf-example-2",
+        "created kopf-example-3",
+        "updated kopf-example-2",
+    ]
