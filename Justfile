@@ -50,6 +50,10 @@ cluster-down *ARGS:
 demo:
     python examples/demo.py
 
+# the package as users get it: sdist, wheel from it, a clean venv, an example against the local kube-apiserver
+check-wheel: cluster-up
+    scripts/check-wheel
+
 # benchmarks against Kopf on the local kube-apiserver
 bench *ARGS:
     python benchmarks/run.py {{ARGS}}
