@@ -1,9 +1,10 @@
-"""The version of the installed distribution: the git tag it was built from (hatch-vcs, see
-pyproject.toml), read from the package's metadata so that no generated file is needed."""
+"""The version of this build: the git tag it was built from (hatch-vcs, see pyproject.toml).
 
-from importlib.metadata import PackageNotFoundError, version
+Each build and install writes it into ``_build_version.py`` (not kept in git); a source tree
+that was never built nor installed says ``0+unknown``.
+"""
 
 try:
-    __version__ = version("trioperator")
-except PackageNotFoundError:  # imported from a source tree that was never installed
+    from trioperator._build_version import __version__ as __version__
+except ImportError:  # a source tree that was never built nor installed
     __version__ = "0+unknown"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import http.client
 import json
 import os
 import re
@@ -537,8 +538,8 @@ class RealControlPlane:
             try:
                 self._get(url)
                 return
-            except (OSError, ControlPlaneError) as exc:
-                last = str(exc)
+            except (OSError, http.client.HTTPException, ControlPlaneError) as exc:
+                last = str(exc) or type(exc).__name__
             if time.monotonic() > deadline:
                 raise ControlPlaneError(
                     f"{process.name} is not ready after {self.start_timeout}s ({url}: {last}); "
@@ -556,6 +557,7 @@ class RealControlPlane:
             with self._opener.open(request, timeout=REQUEST_TIMEOUT) as response:
                 body: bytes = response.read()
         except urllib.error.HTTPError as exc:
+            exc.close()
             raise ControlPlaneRequestError(f"GET {url}: HTTP {exc.code}", exc.code) from None
         return body
 
@@ -583,12 +585,13 @@ class RealControlPlane:
             with self._opener.open(request, timeout=REQUEST_TIMEOUT) as response:
                 raw: bytes = response.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:2000].decode(errors="replace")
+            with exc:
+                detail = exc.read()[:2000].decode(errors="replace")
             raise ControlPlaneRequestError(
                 f"{method} {path}: HTTP {exc.code}: {detail}", exc.code
             ) from None
-        except OSError as exc:
-            raise ControlPlaneError(f"{method} {path}: {exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise ControlPlaneError(f"{method} {path}: {exc!r}") from exc
         return json.loads(raw) if raw else None
 
     def install_crds(

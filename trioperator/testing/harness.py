@@ -66,6 +66,9 @@ DEFAULT_TIMEOUT = 60.0
 POLL_INTERVAL = 0.01
 """Seconds of trio time between two checks of a waited-for condition."""
 
+REAL_SERVER_POLL_INTERVAL = 0.1
+"""Seconds between two reads of an object from a real API server, at the least."""
+
 
 class OperatorStoppedError(Exception):
     """The operator stopped (or failed) while a test was waiting for it to do something.
@@ -616,7 +619,12 @@ class OperatorHarness:
             now = f"it was last: {seen[0]!r}" if seen else "it was not seen"
             return f"{where} {wanted}; {now}"
 
-        return await self._poll_async(check, limit=limit, describe=describe)
+        return await self._poll_async(
+            check,
+            limit=limit,
+            describe=describe,
+            interval=max(self.poll_interval, REAL_SERVER_POLL_INTERVAL),
+        )
 
     async def wait_for_deletion(
         self,
@@ -638,6 +646,7 @@ class OperatorHarness:
                 gone,
                 limit=self.wait_timeout if timeout is None else timeout,
                 describe=lambda: f"{where} to be deleted",
+                interval=max(self.poll_interval, REAL_SERVER_POLL_INTERVAL),
             )
             return
 
@@ -718,7 +727,9 @@ class OperatorHarness:
         limit: float,
         describe: Callable[[], str],
         fail_if_stopped: bool = True,
+        interval: float | None = None,
     ) -> T:
+        interval = self.poll_interval if interval is None else interval
         last_error: LookupError | None = None
         with trio.move_on_after(limit):
             while True:
@@ -733,12 +744,13 @@ class OperatorHarness:
                     raise OperatorStoppedError(
                         f"The operator has stopped while waiting for {describe()}"
                     ) from self.exception
-                if self._threads_busy():
+                if self._server is None and self._threads_busy():
                     # A sync handler works in real time; an idle mock clock would jump ahead
                     # meanwhile (timeouts firing early). Staying runnable keeps the clock still.
+                    # (Against a real server, time is real and each check is a request.)
                     await trio.lowlevel.checkpoint()
                     continue
-                await trio.sleep(self.poll_interval)
+                await trio.sleep(interval)
         message = f"Waited {limit}s (trio time) in vain for {describe()}"
         if last_error is not None:
             message += f"\nThe last lookup failed with: {last_error!r}"
