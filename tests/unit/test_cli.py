@@ -106,6 +106,17 @@ def test_version_from_the_module_entry_point() -> None:
     assert result.stdout.strip() == trioperator.__version__
 
 
+def test_the_version_is_the_installed_builds() -> None:
+    """What the build wrote for the package is what its metadata says (the git tag's version,
+    never the fallback of a tree that was not installed)."""
+    import importlib.metadata
+
+    import trioperator
+
+    assert trioperator.__version__ == importlib.metadata.version("trioperator")
+    assert trioperator.__version__ != "0+unknown"
+
+
 def test_options_come_from_the_environment_too(monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.setenv("TRIOPERATOR_ALL_NAMESPACES", "true")
     code, _ = _run(["run", "-n", "ns1", "x.py"])

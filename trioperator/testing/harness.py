@@ -392,7 +392,7 @@ class OperatorHarness:
                 registry=self.registry,
                 settings=self.settings,
                 memo=self.memo,
-                vault=Vault({"api-under-test": info}),
+                vault=Vault({"fake-api" if self._server is None else "real-server": info}),
                 namespaces=self.namespaces,
                 clusterwide=self.clusterwide,
                 handle_signals=False,
@@ -440,7 +440,7 @@ class OperatorHarness:
             await trio.to_thread.run_sync(
                 lambda: server.install_crds(crds, timeout=self.ready_timeout)
             )
-        client = APIClient(Vault({"api-under-test": info}), self.settings.networking)
+        client = APIClient(Vault({"real-server": info}), self.settings.networking)
         await stack.enter_async_context(client)
         self._cluster = ClusterObjects(client)
         return info
