@@ -478,11 +478,11 @@ class RealControlPlane:
         if self._state_dir is None:
             self._state_dir = Path(tempfile.mkdtemp(prefix="trioperator-control-plane."))
         state = self._state_dir
-        deadline = time.monotonic() + self.start_timeout
         try:
             api_port, etcd_port, peer_port = free_ports(3)
             self._token = prepare_state(state, api_port)
             self._port = api_port
+            deadline = time.monotonic() + self.start_timeout
             context = ssl.create_default_context(cafile=str(self.ca_path))
             # No proxies from the environment for a server on loopback.
             self._opener = urllib.request.build_opener(
