@@ -488,9 +488,7 @@ class RealControlPlane:
             self._opener = urllib.request.build_opener(
                 urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
             )
-            etcd = self._launch(
-                "etcd", etcd_command(binaries.etcd, state, etcd_port, peer_port)
-            )
+            etcd = self._launch("etcd", etcd_command(binaries.etcd, state, etcd_port, peer_port))
             self._await(etcd, f"http://127.0.0.1:{etcd_port}/health", deadline)
             apiserver = self._launch(
                 "kube-apiserver",
