@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import http.client
 import json
 import os
 import re
@@ -39,14 +38,19 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import urllib.request
+
+# urllib.request, urllib.error and http.client (with email) are imported where requests are
+# made: importing the test kit (e.g. for FakeAPIThread next to an operator, as
+# tests/integration/test_lazy_imports.py does) must not load them.
 
 __all__ = [
     "ControlPlaneBinaries",
@@ -483,6 +487,8 @@ class RealControlPlane:
             self._token = prepare_state(state, api_port)
             self._port = api_port
             deadline = time.monotonic() + self.start_timeout
+            import urllib.request
+
             context = ssl.create_default_context(cafile=str(self.ca_path))
             # No proxies from the environment for a server on loopback.
             self._opener = urllib.request.build_opener(
@@ -530,6 +536,8 @@ class RealControlPlane:
         return process
 
     def _await(self, process: _Process, url: str, deadline: float) -> None:
+        import http.client
+
         last = ""
         while True:
             process.check_alive()
@@ -548,6 +556,9 @@ class RealControlPlane:
     # -------------------------------------------------------------------------- requests
 
     def _get(self, url: str) -> bytes:
+        import urllib.error
+        import urllib.request
+
         if self._opener is None:
             raise ControlPlaneError("The control plane is not running.")
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token}"})
@@ -570,6 +581,10 @@ class RealControlPlane:
     ) -> Any:
         """One request to the API server (``path`` like ``/api/v1/namespaces``); the decoded
         JSON answer. An error status raises :class:`ControlPlaneRequestError` (``.status``)."""
+        import http.client
+        import urllib.error
+        import urllib.request
+
         if self._opener is None:
             raise ControlPlaneError("The control plane is not running.")
         url = self.url + path + (f"?{urllib.parse.urlencode(params)}" if params else "")
