@@ -2,6 +2,11 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
+# The test kit's real control plane (trioperator.testing.RealControlPlane) finds etcd and
+# kube-apiserver as envtest does, in $KUBEBUILDER_ASSETS: unless told otherwise, the binaries
+# scripts/kube-up builds (its etcd is Debian's, found in $PATH).
+export KUBEBUILDER_ASSETS := env_var_or_default("KUBEBUILDER_ASSETS", env_var_or_default("TRIOPERATOR_KUBE_CACHE", env_var_or_default("XDG_CACHE_HOME", env_var("HOME") + "/.cache") + "/trioperator/kube") + "/bin")
+
 # list the recipes
 default:
     @just --list
@@ -49,6 +54,10 @@ cluster-down *ARGS:
 # the main job: an example operator against the local kube-apiserver, with an object's life
 demo:
     python examples/demo.py
+
+# the package as users get it: sdist, wheel from it, a clean venv, an example against the local kube-apiserver
+check-wheel: cluster-up
+    scripts/check-wheel
 
 # benchmarks against Kopf on the local kube-apiserver
 bench *ARGS:

@@ -106,6 +106,19 @@ def test_version_from_the_module_entry_point() -> None:
     assert result.stdout.strip() == trioperator.__version__
 
 
+def test_the_version_is_written_by_the_install() -> None:
+    """The (editable) install wrote the version from the git tags, a PEP 440 one; not the
+    fallback of a tree that was never installed. (scripts/check-wheel checks that a wheel's
+    `trioperator --version` is the wheel's own version.)"""
+    import re
+
+    import trioperator
+
+    assert trioperator.__version__ != "0+unknown"
+    pep440 = r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[\w.]+)?"
+    assert re.fullmatch(pep440, trioperator.__version__)
+
+
 def test_options_come_from_the_environment_too(monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.setenv("TRIOPERATOR_ALL_NAMESPACES", "true")
     code, _ = _run(["run", "-n", "ns1", "x.py"])

@@ -22,19 +22,18 @@ still working.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import os
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar, final
 
 import trio
-import yaml
 
+from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.registry import (
     OperatorRegistry,
@@ -44,6 +43,8 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.loading import load_operator_code
 from trioperator._runtime.loggers import object_prefix
 from trioperator._runtime.operator import Operator
+from trioperator.testing.cluster import ClusterObjects
+from trioperator.testing.controlplane import CRDSource, RealControlPlane, load_crds
 from trioperator.testing.fakeapi import FakeAPI
 
 __all__ = [
@@ -58,13 +59,15 @@ __all__ = [
 T = TypeVar("T")
 Obj = dict[str, Any]
 Pattern = str | re.Pattern[str]
-CRDSource = Mapping[str, Any] | str | os.PathLike[str]
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds of trio time for readiness, waits and a graceful stop, unless told otherwise."""
 
 POLL_INTERVAL = 0.01
 """Seconds of trio time between two checks of a waited-for condition."""
+
+REAL_SERVER_POLL_INTERVAL = 0.1
+"""Seconds between two reads of an object from a real API server, at the least."""
 
 
 class OperatorStoppedError(Exception):
@@ -223,7 +226,8 @@ def _capturing(handler: CapturedLogs, level: int, name: str = "trioperator") -> 
 
 @final
 class OperatorHarness:
-    """Runs an :class:`~trioperator.Operator` in the test's nursery against a :class:`FakeAPI`.
+    """Runs an :class:`~trioperator.Operator` in the test's nursery against a :class:`FakeAPI`,
+    or against a real API server (``server=``, a running :class:`RealControlPlane`).
 
     Use it as ``async with`` (or through :func:`run_operator`); entering starts the fake API (if
     none is given), creates the given CRDs in it, starts the operator, and returns once the
@@ -248,6 +252,7 @@ class OperatorHarness:
         registry: OperatorRegistry | None = None,
         settings: OperatorSettings | None = None,
         api: FakeAPI | None = None,
+        server: RealControlPlane | None = None,
         memo: Any = None,
         namespaces: Iterable[str] = (),
         clusterwide: bool | None = None,
@@ -265,10 +270,15 @@ class OperatorHarness:
             test's imports decorated (see also :func:`load_registry`).
         :param api: a fake API already serving (e.g. the ``fake_api`` fixture); by default the
             harness serves a new one for the duration of the block.
+        :param server: instead of a fake API, a running :class:`RealControlPlane` (e.g. the
+            ``real_control_plane`` fixture): the operator talks to its kube-apiserver, the
+            CRDs are installed there, and :attr:`cluster` reads and writes its objects. Use
+            real time there (no mock clock), and a namespace of the test's own.
         :param namespaces: serve only these namespaces (patterns as on the command line).
         :param clusterwide: serve the whole cluster; by default, when no namespaces are given.
         :param crds: CustomResourceDefinitions to create before the operator starts (it finds
             its resources at startup): bodies, or paths of YAML files with one or more CRDs.
+            On a real server they are applied and awaited until established.
         :param log_level: capture the operator's records down to this level (see :attr:`logs`).
         :param metrics_endpoint: serve the operator's metrics there, e.g.
             ``http://127.0.0.1:0/metrics`` (port 0: any free one; see :attr:`metrics_url`).
@@ -290,7 +300,11 @@ class OperatorHarness:
         """What the operator logged (the ``trioperator`` loggers), live."""
         self.exception: Exception | None = None
         """Why the operator stopped, if it failed; ``None`` while running or after a clean stop."""
+        if api is not None and server is not None:
+            raise ValueError("Either api= (a fake API) or server= (a real one), not both.")
         self._api = api
+        self._server = server
+        self._cluster: ClusterObjects | None = None
         self._crds = list(crds)
         self._operator: Operator | None = None
         self._finished = trio.Event()
@@ -317,9 +331,22 @@ class OperatorHarness:
     @property
     def api(self) -> FakeAPI:
         """The fake Kubernetes API the operator talks to."""
+        if self._server is not None:
+            raise RuntimeError(
+                "The operator runs against a real API server: use `operator.cluster`."
+            )
         if self._api is None:
             raise RuntimeError("The fake API is served once the harness is entered.")
         return self._api
+
+    @property
+    def cluster(self) -> ClusterObjects:
+        """The objects of the real API server the operator talks to (``server=``), async."""
+        if self._server is None:
+            raise RuntimeError("The operator runs against a fake API: use `operator.api`.")
+        if self._cluster is None:
+            raise RuntimeError("The real API server is reachable once the harness is entered.")
+        return self._cluster
 
     @property
     def operator(self) -> Operator:
@@ -356,19 +383,16 @@ class OperatorHarness:
             raise RuntimeError("An OperatorHarness runs once; make a new one to run again.")
         self._stack = stack = contextlib.AsyncExitStack()
         try:
-            if self._api is None:
-                self._api = await stack.enter_async_context(FakeAPI.serve())
-            api = self._api
-            for source in self._crds:
-                for crd in _load_crds(source):
-                    api.create_object("customresourcedefinitions", crd)
+            if self._server is not None:
+                info = await self._enter_real_server(self._server, stack)
+            else:
+                info = await self._enter_fake_api(stack)
             stack.enter_context(_capturing(self.logs, self.log_level))
-            token = min(api.tokens) if api.tokens else "fake-token"
             self._operator = Operator(
                 registry=self.registry,
                 settings=self.settings,
                 memo=self.memo,
-                vault=Vault({"fake-api": ConnectionInfo(server=api.url, token=token)}),
+                vault=Vault({"fake-api" if self._server is None else "real-server": info}),
                 namespaces=self.namespaces,
                 clusterwide=self.clusterwide,
                 handle_signals=False,
@@ -395,6 +419,31 @@ class OperatorHarness:
         self._body_scope = trio.CancelScope()
         self._body_scope.__enter__()
         return self
+
+    async def _enter_fake_api(self, stack: contextlib.AsyncExitStack) -> ConnectionInfo:
+        if self._api is None:
+            self._api = await stack.enter_async_context(FakeAPI.serve())
+        api = self._api
+        for source in self._crds:
+            for crd in load_crds(source):
+                api.create_object("customresourcedefinitions", crd)
+        token = min(api.tokens) if api.tokens else "fake-token"
+        return ConnectionInfo(server=api.url, token=token)
+
+    async def _enter_real_server(
+        self, server: RealControlPlane, stack: contextlib.AsyncExitStack
+    ) -> ConnectionInfo:
+        info = ConnectionInfo(server=server.url, token=server.token, ca_path=str(server.ca_path))
+        if self._crds:
+            # The control plane's requests are blocking (it serves sync session fixtures too).
+            crds = self._crds
+            await trio.to_thread.run_sync(
+                lambda: server.install_crds(crds, timeout=self.ready_timeout)
+            )
+        client = APIClient(Vault({"real-server": info}), self.settings.networking)
+        await stack.enter_async_context(client)
+        self._cluster = ClusterObjects(client)
+        return info
 
     async def __aexit__(
         self,
@@ -527,8 +576,11 @@ class OperatorHarness:
         """Wait until the object exists (and ``predicate(obj)`` is truthy); return its body.
 
         ``resource`` is as in :meth:`FakeAPI.get_object`: a plural (``"kopfexamples"``), or
-        ``plural.group`` when ambiguous.
+        ``plural.group`` when ambiguous. Against a real server, the object is read from it.
         """
+        limit = self.wait_timeout if timeout is None else timeout
+        if self._server is not None:
+            return await self._wait_for_real_object(resource, name, namespace, predicate, limit)
 
         def check() -> Obj | None:
             obj = self.api.get_object(resource, name, namespace)
@@ -543,8 +595,35 @@ class OperatorHarness:
                 now = "it does not exist"
             return f"{where} {wanted}; {now}"
 
-        return await self._poll(
-            check, limit=self.wait_timeout if timeout is None else timeout, describe=describe
+        return await self._poll(check, limit=limit, describe=describe)
+
+    async def _wait_for_real_object(
+        self,
+        resource: str,
+        name: str,
+        namespace: str | None,
+        predicate: Callable[[Obj], object] | None,
+        limit: float,
+    ) -> Obj:
+        cluster = self.cluster
+        seen: list[Obj] = []
+
+        async def check() -> Obj | None:
+            obj = await cluster.get(resource, name, namespace)
+            seen[:] = [obj]
+            return obj if predicate is None or predicate(obj) else None
+
+        def describe() -> str:
+            where = f"{resource} {namespace + '/' if namespace else ''}{name}"
+            wanted = "to exist" if predicate is None else f"to satisfy {_describe(predicate)}"
+            now = f"it was last: {seen[0]!r}" if seen else "it was not seen"
+            return f"{where} {wanted}; {now}"
+
+        return await self._poll_async(
+            check,
+            limit=limit,
+            describe=describe,
+            interval=max(self.poll_interval, REAL_SERVER_POLL_INTERVAL),
         )
 
     async def wait_for_deletion(
@@ -556,6 +635,20 @@ class OperatorHarness:
         timeout: float | None = None,  # noqa: ASYNC109 -- as in wait_for
     ) -> None:
         """Wait until the object is gone (e.g. once the operator has removed its finalizer)."""
+        if self._server is not None:
+            cluster = self.cluster
+
+            async def gone() -> bool:
+                return not await cluster.exists(resource, name, namespace)
+
+            where = f"{resource} {namespace + '/' if namespace else ''}{name}"
+            await self._poll_async(
+                gone,
+                limit=self.wait_timeout if timeout is None else timeout,
+                describe=lambda: f"{where} to be deleted",
+                interval=max(self.poll_interval, REAL_SERVER_POLL_INTERVAL),
+            )
+            return
 
         def describe() -> str:
             where = f"{resource} {namespace + '/' if namespace else ''}{name}"
@@ -620,11 +713,28 @@ class OperatorHarness:
         describe: Callable[[], str],
         fail_if_stopped: bool = True,
     ) -> T:
+        async def checked() -> T | None:
+            return check()
+
+        return await self._poll_async(
+            checked, limit=limit, describe=describe, fail_if_stopped=fail_if_stopped
+        )
+
+    async def _poll_async(
+        self,
+        check: Callable[[], Awaitable[T | None]],
+        *,
+        limit: float,
+        describe: Callable[[], str],
+        fail_if_stopped: bool = True,
+        interval: float | None = None,
+    ) -> T:
+        interval = self.poll_interval if interval is None else interval
         last_error: LookupError | None = None
         with trio.move_on_after(limit):
             while True:
                 try:
-                    value = check()
+                    value = await check()
                 except LookupError as error:
                     last_error = error
                 else:
@@ -634,12 +744,13 @@ class OperatorHarness:
                     raise OperatorStoppedError(
                         f"The operator has stopped while waiting for {describe()}"
                     ) from self.exception
-                if self._threads_busy():
+                if self._server is None and self._threads_busy():
                     # A sync handler works in real time; an idle mock clock would jump ahead
                     # meanwhile (timeouts firing early). Staying runnable keeps the clock still.
+                    # (Against a real server, time is real and each check is a request.)
                     await trio.lowlevel.checkpoint()
                     continue
-                await trio.sleep(self.poll_interval)
+                await trio.sleep(interval)
         message = f"Waited {limit}s (trio time) in vain for {describe()}"
         if last_error is not None:
             message += f"\nThe last lookup failed with: {last_error!r}"
@@ -655,6 +766,7 @@ def run_operator(
     registry: OperatorRegistry | None = None,
     settings: OperatorSettings | None = None,
     api: FakeAPI | None = None,
+    server: RealControlPlane | None = None,
     memo: Any = None,
     namespaces: Iterable[str] = (),
     clusterwide: bool | None = None,
@@ -675,6 +787,7 @@ def run_operator(
         registry=registry,
         settings=settings,
         api=api,
+        server=server,
         memo=memo,
         namespaces=namespaces,
         clusterwide=clusterwide,
@@ -704,20 +817,6 @@ def load_registry(*paths: str | os.PathLike[str], modules: Iterable[str] = ()) -
     registry = OperatorRegistry()
     load_operator_code(paths, modules, registry=registry, fresh=True)
     return registry
-
-
-def _load_crds(source: CRDSource) -> list[Obj]:
-    if isinstance(source, Mapping):
-        return [copy.deepcopy(dict(source))]
-    path = Path(source)
-    crds: list[Obj] = []
-    for document in yaml.safe_load_all(path.read_text()):
-        if document is None:
-            continue
-        if not isinstance(document, dict) or document.get("kind") != "CustomResourceDefinition":
-            raise ValueError(f"{path}: only CustomResourceDefinitions are expected in crds=.")
-        crds.append(document)
-    return crds
 
 
 def _single(exc: Exception) -> Exception:

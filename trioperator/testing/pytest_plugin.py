@@ -1,4 +1,4 @@
-"""pytest fixtures for testing operators without a cluster.
+"""pytest fixtures for testing operators without a cluster, or against a real control plane.
 
 Enable them in your top-level ``conftest.py`` (or in a test module)::
 
@@ -22,6 +22,19 @@ Fixtures:
 ``fake_kubeconfig``
     A kubeconfig for ``fake_api_thread`` in ``$KUBECONFIG`` for the test's duration, so that
     ``KopfRunner(["run", ...])`` talks to the fake; the value is the file's path.
+``real_control_plane``
+    A :class:`~trioperator.testing.RealControlPlane` (etcd + kube-apiserver) for the whole test
+    session, started on first use from the binaries in ``$KUBEBUILDER_ASSETS`` (else
+    trioperator's scripts/kube-up cache), with the CRDs of ``real_control_plane_crds``
+    installed. A plain (sync) fixture: it serves sync and async tests alike. The tests share
+    it: give each test a namespace of its own (``real_control_plane.create_namespace()``).
+``real_control_plane_crds``
+    Override it (session-scoped) to list the CRDs to install: paths of YAML files or bodies.
+``real_operator_runner``
+    Like ``operator_runner``, against ``real_control_plane``:
+    ``async with real_operator_runner(registry=..., namespaces=[ns]) as operator: ...``, then
+    ``await operator.cluster.create(...)`` and ``await operator.wait_for_object(...)``. On
+    real time: no mock clock in these tests.
 
 Clocks are left to pytest-trio: take ``autojump_clock`` (or ``mock_clock``) as an argument of
 the test function itself; pytest-trio uses a clock only when the test asks for it directly. If
@@ -38,11 +51,20 @@ from pathlib import Path
 
 import pytest
 
+from trioperator.testing.controlplane import CRDSource, RealControlPlane
 from trioperator.testing.fakeapi import FakeAPI
 from trioperator.testing.harness import OperatorRunner, run_operator
 from trioperator.testing.runner import FakeAPIThread
 
-__all__ = ["fake_api", "fake_api_thread", "fake_kubeconfig", "operator_runner"]
+__all__ = [
+    "fake_api",
+    "fake_api_thread",
+    "fake_kubeconfig",
+    "operator_runner",
+    "real_control_plane",
+    "real_control_plane_crds",
+    "real_operator_runner",
+]
 
 
 @pytest.fixture
@@ -70,3 +92,20 @@ def fake_kubeconfig(
     path = fake_api_thread.kubeconfig(tmp_path / "kubeconfig")
     monkeypatch.setenv("KUBECONFIG", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def real_control_plane_crds() -> list[CRDSource]:
+    return []
+
+
+@pytest.fixture(scope="session")
+def real_control_plane(real_control_plane_crds: list[CRDSource]) -> Iterator[RealControlPlane]:
+    with RealControlPlane(crds=real_control_plane_crds) as plane:
+        yield plane
+
+
+@pytest.fixture
+def real_operator_runner(real_control_plane: RealControlPlane) -> OperatorRunner:
+    runner: OperatorRunner = functools.partial(run_operator, server=real_control_plane)
+    return runner
