@@ -204,8 +204,8 @@ class Origin:
         self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
         # The server's latest TLS session ticket, offered by every new direct connection (both
         # pools share the origin): a resumed handshake skips the certificates and their
-        # signatures. It is the server that saves most: a local kube-apiserver spent ~1 instead
-        # of ~3 ms of CPU per new connection (we save ~0.2 ms). A pool grows by dozens of
+        # signatures. It is the server that saves most (its CPU per new connection drops to
+        # about a third; figures: benchmarks/README.md). A pool grows by dozens of
         # connections in a burst, and each watch reconnects now and then. A ticket the server
         # no longer takes only costs the full handshake it would have been anyway.
         self.tls_session: ssl.SSLSession | None = None
