@@ -81,7 +81,8 @@ def _handled_only_after_resuming(process: OperatorProcess, name: str, since: int
     handled = [i for i, line in enumerate(lines) if f"CREATE-CALLED {name}" in line]
     resumed = [i for i, line in enumerate(lines) if re.search(STREAM_RESUMED, line)]
     assert len(handled) == 1, "\n".join(lines)
-    assert resumed and resumed[0] < handled[0], "\n".join(lines)
+    assert resumed, "\n".join(lines)
+    assert resumed[0] < handled[0], "\n".join(lines)
 
 
 def test_freeze_pauses_a_trioperator_operator_and_resume_lets_it_continue(

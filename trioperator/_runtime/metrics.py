@@ -561,11 +561,11 @@ def _created_series_exported() -> bool:
 
     Its switch (``PROMETHEUS_DISABLE_CREATED_SERIES``, ``disable_created_metrics()``) has no
     public getter, so it is read from what the library does: a counter of its own, registered
-    nowhere, collected once. Scrapes are rare; this costs microseconds per scrape.
+    nowhere, collected once per scrape (which is rare, and does much more than this).
     """
     from prometheus_client import Counter
 
-    probe = Counter("trioperator_probe", "Tells whether _created series are exported.", registry=None)
+    probe = Counter("trioperator_probe", "Whether _created series are exported.", registry=None)
     return any(
         sample.name.endswith("_created") for metric in probe.collect() for sample in metric.samples
     )
