@@ -78,16 +78,6 @@ _VALIDATED_HEADERS: Final = 256
 _REASON_LENGTH: Final = 256
 
 
-def _write_through_connection(request: h11.Request, content: bytes | None) -> bytes:
-    """The request's bytes as a fresh h11 client connection writes it, event by event."""
-    h = h11.Connection(h11.CLIENT)
-    parts = [h.send(request)]
-    if content:
-        parts.append(h.send(h11.Data(data=content)))
-    parts.append(h.send(h11.EndOfMessage()))
-    return b"".join(part for part in parts if part)
-
-
 def _header_block(request: h11.Request) -> bytes:
     """The header lines of a request validated by h11, as h11 writes them: Host first.
 

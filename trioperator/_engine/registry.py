@@ -245,9 +245,6 @@ class OperatorRegistry:
     def has_indexing_handlers(self, resource: Resource) -> bool:
         return bool(self.get_handlers(IndexingHandler, resource))
 
-    def has_reconciling_handlers(self, resource: Resource) -> bool:
-        return bool(self.get_handlers(ReconcilingHandler, resource))
-
     def has_relaying_handlers(self, resource: Resource) -> bool:
         return bool(self.get_handlers(RelayingHandler, resource))
 
