@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +18,12 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.test_peering import (
     PEERING,
+    STREAM_RESUMED,
     _create,
     _operator_file,
     _records,
     _wait,
+    _wait_stream_closed,
     peering,
     peering_crds,
 )
@@ -56,15 +58,31 @@ def _freeze_and_resume(
     assert (record["priority"], record["lifetime"]) == (100, 600)
     operator.wait_for(rf"Pausing operations in favour of \[<Peer {ADMIN}: priority=100", timeout=60)
 
+    since = _wait_stream_closed(operator, timeout=60)
     _create(kubectl, namespace, "while-frozen")
-    time.sleep(5)  # an operator that is not paused reacts within this time
-    assert operator.count("CREATE-CALLED") == 0
 
     resumed = _command(kubeconfig, "resume", "-P", PEERING, "-n", namespace, "-i", ADMIN)
     assert resumed.returncode == 0, resumed.stderr
     assert ADMIN not in _records(kubectl, namespace)
     operator.wait_for("Resuming operations after the pause", timeout=60)
     operator.wait_for("CREATE-CALLED while-frozen", timeout=60)
+    _handled_only_after_resuming(operator, "while-frozen", since)
+
+
+def _handled_only_after_resuming(process: OperatorProcess, name: str, since: int) -> None:
+    """Of the lines ``process`` wrote after line ``since`` (when its watch-stream was closed
+    for the pause), the one saying that ``name`` was handled comes after one saying that the
+    stream is open again: the object was not handled while the operator was frozen.
+
+    Both frameworks log a stream's resumption before they read it again, so the order of the
+    lines shows this, and no wait of a few seconds is needed (or would show it on a slow
+    machine)."""
+    lines = process.output.splitlines()[since:]
+    handled = [i for i, line in enumerate(lines) if f"CREATE-CALLED {name}" in line]
+    resumed = [i for i, line in enumerate(lines) if re.search(STREAM_RESUMED, line)]
+    assert len(handled) == 1, "\n".join(lines)
+    assert resumed, "\n".join(lines)
+    assert resumed[0] < handled[0], "\n".join(lines)
 
 
 def test_freeze_pauses_a_trioperator_operator_and_resume_lets_it_continue(
@@ -133,16 +151,17 @@ def test_kopfs_own_freeze_pauses_a_trioperator_operator(
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     args = ["-P", peering, "-n", namespace, "-i", ADMIN]
     kopf = [kopf_bin, "freeze", *args, "-t", "600"], [kopf_bin, "resume", *args]
+    since = 0
     for command in kopf:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         if command[1] == "freeze":
             operator.wait_for(r"Pausing operations in favour of \[<Peer ", timeout=60)
+            since = _wait_stream_closed(operator, timeout=60)
             _create(kubectl, namespace, "while-frozen")
-            time.sleep(5)
-            assert operator.count("CREATE-CALLED") == 0
     operator.wait_for("Resuming operations after the pause", timeout=60)
     operator.wait_for("CREATE-CALLED while-frozen", timeout=60)
+    _handled_only_after_resuming(operator, "while-frozen", since)
     assert operator.stop() == 0
 
 

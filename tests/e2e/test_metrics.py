@@ -123,15 +123,12 @@ def test_the_counters_follow_an_object_through_its_life(
     wait_scraped(url, lambda s: runs(s, "update_fn/spec.field") == 1, "update_fn succeeded")
 
     kubectl("delete", "kopfexample", "metered", "-n", namespace, "--timeout=60s")
-    samples = wait_scraped(
-        url,
-        lambda s: (
-            value(s, "trioperator_watch_events_total", resource=RESOURCE, type="DELETED") == 1
-        ),
-        "the deletion seen",
-    )
-    time.sleep(2)  # anything that would still come (there should be nothing)
-    samples = scrape(url)
+    # The object's last event handled: its worker ends right after this line, without a
+    # checkpoint in between, and no later event can come for it. The scrapes are served by the
+    # same trio run, so every one from now on sees all the object's requests and handler runs.
+    operator.wait_for(r"\[.*/metered\] Deleted, really deleted, and we are notified\.")
+    # The k8s Events go out from a queue of their own: both posted (nothing else posts).
+    samples = wait_scraped(url, lambda s: by_verb(s).get("create") == {"201": 2}, "both Events")
     output = operator.output
 
     assert runs(samples, "create_fn") == 1

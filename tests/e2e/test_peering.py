@@ -111,6 +111,27 @@ def _start_ours_then_kopf(
     return ours_process, start_kopf(run_operator, kopf_bin, *args)
 
 
+STREAM_PAUSED = r"Pausing the watch-stream for kopfexamples\.v1\.kopf\.dev"
+STREAM_RESUMED = r"Resuming the watch-stream for kopfexamples\.v1\.kopf\.dev"
+
+
+def _wait_stream_closed(process: OperatorProcess, timeout: float = 30) -> int:
+    """Wait until ``process`` (ours or Kopf) says that its watch-stream of the objects is
+    closed for the pause; return how many lines it has written by then.
+
+    Both frameworks log this line once the stream has ended, and the line that it is open
+    again before they read it again: an object created after the first line cannot reach the
+    process before the second. This, not a wait of a few seconds, is what shows that a paused
+    operator does not react.
+    """
+    _wait(
+        lambda: process.count(STREAM_PAUSED) > process.count(STREAM_RESUMED),
+        "the watch-stream of the objects closed for the pause",
+        timeout,
+    )
+    return len(process.output.splitlines())
+
+
 def _created_while_paused(
     kubectl: Kubectl,
     namespace: str,
@@ -119,10 +140,12 @@ def _created_while_paused(
     paused: OperatorProcess,
     timeout: float = 30,
 ) -> None:
-    """An object created now is handled by ``serving`` and, in the next 3 s, not by ``paused``."""
+    """An object created now, once ``paused`` has closed its watch-stream for the pause, is
+    handled by ``serving``. That ``paused`` never handles it is shown later, by
+    :func:`_created_after`: the object created after the pause is handled, this one not."""
+    _wait_stream_closed(paused, timeout)
     _create(kubectl, namespace, name)
     serving.wait_for(f"CREATE-CALLED {name}", timeout=timeout)
-    time.sleep(3)  # the paused one would have reacted within this time if it were not paused
     assert paused.count("CREATE-CALLED") == 0
 
 
@@ -134,7 +157,12 @@ def _created_after(
     earlier: str,
     timeout: float = 30,
 ) -> None:
-    """An object created now is handled by ``process``; the ``earlier`` one is not (again)."""
+    """An object created now is handled by ``process``; the ``earlier`` one is not (again).
+
+    Once ``process`` has handled the object created now, it has read the ``earlier`` one too:
+    its stream, opened again after the pause, lists every object first. So this is where the
+    ``earlier`` object, created while ``process`` was paused, shows that it was left alone.
+    """
     _create(kubectl, namespace, name)
     process.wait_for(f"CREATE-CALLED {name}", timeout=timeout)
     assert process.count(f"CREATE-CALLED {earlier}") == 0

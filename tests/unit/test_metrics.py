@@ -322,3 +322,30 @@ def test_the_counters_export_as_prometheus_clients_own_would(
     assert [line for line in ours if line.split(" ")[-1] != "EOF" and line in theirs] == [
         line for line in theirs if line.split(" ")[-1] != "EOF"
     ]
+
+
+@pytest.mark.parametrize("exported", [False, True])
+def test_the_created_series_follow_prometheus_clients_own_switch(exported: bool) -> None:
+    import prometheus_client
+
+    metrics = OperatorMetrics()
+    metrics.handler_ran("h1", THINGS, HandlerOutcome(final=True), 0.1, retry=False)
+    metrics.request_done("get", 200, 0.1)
+    was = "trioperator_api_requests_created" in {name for name, _ in samples(metrics)}
+    switch = {
+        True: prometheus_client.enable_created_metrics,
+        False: prometheus_client.disable_created_metrics,
+    }
+    switch[exported]()
+    try:
+        names = {name for name, _ in samples(metrics)}
+    finally:
+        switch[was]()
+    created = {
+        "trioperator_handler_runs_created",
+        "trioperator_handler_duration_seconds_created",
+        "trioperator_api_requests_created",
+    }
+    assert (created <= names) is exported
+    assert bool(created & names) is exported
+    assert "trioperator_handler_runs_total" in names

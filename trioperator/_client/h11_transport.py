@@ -78,16 +78,6 @@ _VALIDATED_HEADERS: Final = 256
 _REASON_LENGTH: Final = 256
 
 
-def _write_through_connection(request: h11.Request, content: bytes | None) -> bytes:
-    """The request's bytes as a fresh h11 client connection writes it, event by event."""
-    h = h11.Connection(h11.CLIENT)
-    parts = [h.send(request)]
-    if content:
-        parts.append(h.send(h11.Data(data=content)))
-    parts.append(h.send(h11.EndOfMessage()))
-    return b"".join(part for part in parts if part)
-
-
 def _header_block(request: h11.Request) -> bytes:
     """The header lines of a request validated by h11, as h11 writes them: Host first.
 
@@ -204,8 +194,8 @@ class Origin:
         self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
         # The server's latest TLS session ticket, offered by every new direct connection (both
         # pools share the origin): a resumed handshake skips the certificates and their
-        # signatures. It is the server that saves most: a local kube-apiserver spent ~1 instead
-        # of ~3 ms of CPU per new connection (we save ~0.2 ms). A pool grows by dozens of
+        # signatures. It is the server that saves most (its CPU per new connection drops to
+        # about a third; figures: benchmarks/README.md). A pool grows by dozens of
         # connections in a burst, and each watch reconnects now and then. A ticket the server
         # no longer takes only costs the full handshake it would have been anyway.
         self.tls_session: ssl.SSLSession | None = None

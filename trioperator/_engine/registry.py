@@ -229,9 +229,6 @@ class OperatorRegistry:
         # (No typing.cast: a function call on every lookup, and lookups are per event.)
         return cached  # type: ignore[return-value]
 
-    def has_handlers(self, kind: type[BaseHandler], resource: Resource | None = None) -> bool:
-        return bool(self.get_handlers(kind, resource))
-
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
         return [h for h in self.get_handlers(ActivityHandler) if h.activity == activity]
 
@@ -247,9 +244,6 @@ class OperatorRegistry:
 
     def has_indexing_handlers(self, resource: Resource) -> bool:
         return bool(self.get_handlers(IndexingHandler, resource))
-
-    def has_reconciling_handlers(self, resource: Resource) -> bool:
-        return bool(self.get_handlers(ReconcilingHandler, resource))
 
     def has_relaying_handlers(self, resource: Resource) -> bool:
         return bool(self.get_handlers(RelayingHandler, resource))

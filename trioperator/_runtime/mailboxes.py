@@ -74,7 +74,6 @@ class Backlog:
         "_stall_watchers",
         "_stalled",
         "_stalled_since",
-        "_stalling",
         "_stats",
         "held",
         "peak",
@@ -85,7 +84,6 @@ class Backlog:
         self._room = trio.Event()
         self._stalled = 0.0
         self._stalled_since: float | None = None
-        self._stalling = trio.Event()
         self._stall_watchers: set[Mailbox] = set()
         self.held = 0
         self.peak = 0
@@ -95,14 +93,9 @@ class Backlog:
         """Whether the router is waiting for room now (the stream is not read meanwhile)."""
         return self._stalled_since is not None
 
-    @property
-    def stalling(self) -> trio.Event:
-        """Set when the router begins to wait for room (a new one for every wait)."""
-        return self._stalling
-
     def waking_on_stall(self, mailbox: Mailbox) -> _StallWaking:
         """While inside, a stall (the router beginning to wait for room) wakes ``mailbox``'s
-        waiting worker up, as :attr:`stalling` would, without a task to wait for that event."""
+        waiting worker up, without a task of its own to wait for the stall."""
         return _StallWaking(self._stall_watchers, mailbox)
 
     def stalled_time(self) -> float:
@@ -136,8 +129,6 @@ class Backlog:
             return
         self._stats.stalls += 1
         self._stalled_since = trio.current_time()
-        self._stalling.set()
-        self._stalling = trio.Event()
         for mailbox in self._stall_watchers:
             mailbox.wake()
         try:

@@ -544,12 +544,9 @@ class _FamiliesCollector:
         self._families = families
 
     def collect(self) -> Iterable[Metric]:
-        from prometheus_client import metrics as prometheus_metrics
         from prometheus_client.core import Metric
 
-        # prometheus_client's own switch (PROMETHEUS_DISABLE_CREATED_SERIES, or
-        # disable_created_metrics()): the _created series are left out as it would.
-        created = bool(getattr(prometheus_metrics, "_use_created", True))
+        created = _created_series_exported()
         collected = []
         for family in self._families:
             metric = Metric(family.name, family.documentation, family.kind)
@@ -557,6 +554,21 @@ class _FamiliesCollector:
                 metric.add_sample(name, labels, value)
             collected.append(metric)
         return collected
+
+
+def _created_series_exported() -> bool:
+    """Whether prometheus_client exports the ``_created`` series now.
+
+    Its switch (``PROMETHEUS_DISABLE_CREATED_SERIES``, ``disable_created_metrics()``) has no
+    public getter, so it is read from what the library does: a counter of its own, registered
+    nowhere, collected once per scrape (which is rare, and does much more than this).
+    """
+    from prometheus_client import Counter
+
+    probe = Counter("trioperator_probe", "Whether _created series are exported.", registry=None)
+    return any(
+        sample.name.endswith("_created") for metric in probe.collect() for sample in metric.samples
+    )
 
 
 # ----------------------------------------------------------------------------------- serving

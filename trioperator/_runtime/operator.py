@@ -557,7 +557,6 @@ class _Exiting:
         self.startup = trio.CancelScope()
         """Around the startup handlers: a stop before serving starts does not wait for them."""
         self._cleanup = trio.CancelScope(shield=True)
-        self.cancelled_now = False
 
     def cleanup(self, timeout: float) -> trio.CancelScope:
         """The shielded scope for the cleanup handlers, which may take up to ``timeout``."""
@@ -565,7 +564,6 @@ class _Exiting:
         return self._cleanup
 
     def cancel_now(self) -> None:
-        self.cancelled_now = True
         self.scope.cancel()
         self._cleanup.cancel()
 

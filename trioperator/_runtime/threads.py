@@ -3,8 +3,8 @@
 ``trio.to_thread.run_sync`` does more per call than a handler needs: it names the OS thread
 and renames it back (two ``pthread_setname_np`` calls through ctypes), formats that name from
 the task's, waits a scheduler pass for a free token even when the limiter has plenty, and
-registers the thread for ``trio.from_thread``. That was about a third of the hop's CPU: ~205
-vs. ~130 microseconds a call with 8 calls in flight on the 2-core benchmark machine.
+registers the thread for ``trio.from_thread``: a large share of the hop's CPU for the short
+calls most sync handlers are (figures: benchmarks/README.md, "Figures behind the design").
 Here the same hop is made of trio's public parts only: a token of the ``CapacityLimiter`` taken
 without a pass when one is free, ``trio.lowlevel.start_thread_soon`` (trio's own thread cache),
 and the results sent back with ``TrioToken.run_sync_soon``, several at once when they come
@@ -12,9 +12,9 @@ together (see ``_Inbox``).
 
 A call that is expected to be quick is waited for in place (see ``_Call``). Most sync
 handlers return within microseconds; while the trio thread runs on, the worker woken for such a
-call has to win the GIL from it, and is often moved to the other core for that: on the 2-core
-benchmark machine this cost sync handlers ~0.1 ms of CPU per call more than async ones. So the
-trio thread blocks instead, for at most ``QUICK_WAIT``: the worker finds the GIL free, runs the
+call has to win the GIL from it, and is often moved to the other core for that, which makes
+a sync handler cost measurably more CPU per call than an async one. So the trio thread blocks
+instead, for at most ``QUICK_WAIT``: the worker finds the GIL free, runs the
 call and hands the result over, and the trio thread reports it. A function whose last call
 took longer (``_Durations``) is not waited for: the trio thread goes on at once, and its
 result comes through the inbox. A function counts as quick when its last call ran for less

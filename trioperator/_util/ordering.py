@@ -58,10 +58,6 @@ class OrderedSlots:
     def free(self) -> int:
         return self._free
 
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
     def try_acquire(self) -> bool:
         """Take a slot now if one is free and nobody waits for one; False otherwise.
 

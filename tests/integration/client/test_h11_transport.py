@@ -729,6 +729,14 @@ def test_requests_are_written_as_an_h11_connection_writes_them(
     # bytes must be the ones a fresh h11 connection writes for the same request and body.
     request = h11.Request(method=method, target=target, headers=headers)
     block = h11_transport._header_block(request)
-    assert h11_transport._write(request, body, block) == h11_transport._write_through_connection(
-        request, body
-    )
+    assert h11_transport._write(request, body, block) == _written_by_a_connection(request, body)
+
+
+def _written_by_a_connection(request: h11.Request, content: bytes | None) -> bytes:
+    """The request's bytes as a fresh h11 client connection writes it, event by event."""
+    h = h11.Connection(h11.CLIENT)
+    parts = [h.send(request)]
+    if content:
+        parts.append(h.send(h11.Data(data=content)))
+    parts.append(h.send(h11.EndOfMessage()))
+    return b"".join(part for part in parts if part)

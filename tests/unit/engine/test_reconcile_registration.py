@@ -46,7 +46,7 @@ def test_reconcile_registers_a_handler_and_one_relay_per_child_and_mapper() -> N
     assert served.watched == {KEX, CMS, SECRETS}
     assert registry.is_relayed_only(CMS)
     assert not registry.is_relayed_only(KEX)
-    assert registry.has_reconciling_handlers(KEX)
+    assert registry.get_handlers(ReconcilingHandler, KEX)
     assert not registry.has_changing_handlers(KEX)  # Kopf's kinds are not involved
 
 
@@ -61,7 +61,7 @@ def test_no_reconcile_handlers_nothing_relayed() -> None:
     registry = kopf.OperatorRegistry()
     kopf.on.create("kopfexamples", registry=registry)(mapper)
     assert not registry.has_relaying_handlers(CMS)
-    assert not registry.has_reconciling_handlers(KEX)
+    assert not registry.get_handlers(ReconcilingHandler, KEX)
     assert registry.resolve_resources([KEX, CMS]).watched == {KEX}
 
 

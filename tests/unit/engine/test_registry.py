@@ -174,12 +174,12 @@ def test_has_queries() -> None:
     assert registry.has_changing_handlers(KEX)
     assert not registry.has_changing_handlers(PODS)
     assert registry.has_spawning_handlers(KEX)
-    assert registry.has_handlers(DaemonHandler, KEX)
-    assert not registry.has_handlers(TimerHandler, KEX)
+    assert registry.get_handlers(DaemonHandler, KEX)
+    assert not registry.get_handlers(TimerHandler, KEX)
     assert registry.has_indexing_handlers(PODS)
     assert not registry.has_indexing_handlers(KEX)
-    assert registry.has_handlers(WebhookHandler, KEX)
-    assert registry.has_handlers(SpawningHandler, KEX)
+    assert registry.get_handlers(WebhookHandler, KEX)
+    assert registry.get_handlers(SpawningHandler, KEX)
 
 
 def test_selectors_and_resolution() -> None:

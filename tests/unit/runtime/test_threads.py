@@ -196,87 +196,147 @@ async def test_results_that_finish_together_while_the_trio_thread_is_busy_reach_
 
 
 # ------------------------------------------------------------- quick calls, waited for in place
+#
+# Whether a call is waited for in place is a matter of the trio thread's real time, which no
+# mock clock governs. So these tests take no real-time measurements: they see the decision for
+# each call and the trio thread's wait where ``_Call`` makes and does them (``CallSpy``), and
+# they set the measured durations of the calls with a clock of their own (``ThreadsClock``).
+
+
+class CallSpy:
+    """What ``run_in_thread`` decided for each call, and what the trio thread's waits saw."""
+
+    def __init__(self) -> None:
+        self.in_place: list[bool] = []
+        """Per call, in order: whether it was to be waited for in place."""
+        self.waits: list[bool] = []
+        """Per wait in place, in order: whether the result was handed over within it."""
+        self.waiting = threading.Event()
+        """Set as the trio thread begins to wait in place (it is blocked from then on)."""
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch) -> CallSpy:
+    spy = CallSpy()
+    init, wait = threads._Call.__init__, threads._Call.wait
+
+    def spied_init(self: Any, fn: Any, context: Any, *, in_place: bool) -> None:
+        spy.in_place.append(in_place)
+        init(self, fn, context, in_place=in_place)
+
+    def spied_wait(self: Any, timeout: float) -> Any:
+        spy.waiting.set()
+        result = wait(self, timeout)
+        spy.waits.append(result is not None)
+        return result
+
+    monkeypatch.setattr(threads._Call, "__init__", spied_init)
+    monkeypatch.setattr(threads._Call, "wait", spied_wait)
+    return spy
+
+
+class ThreadsClock:
+    """The clock the calls in threads are timed by: it moves only when a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def threads_clock(monkeypatch: pytest.MonkeyPatch) -> ThreadsClock:
+    clock = ThreadsClock()
+    monkeypatch.setattr(threads, "time", clock)
+    return clock
 
 
 async def test_a_quick_call_is_waited_for_in_place_before_the_loop_runs_anything_else(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spy: CallSpy
 ) -> None:
-    monkeypatch.setattr(threads, "QUICK_WAIT", 10.0)  # no machine is that slow
+    monkeypatch.setattr(threads, "QUICK_WAIT", 30.0)  # the result is handed over long before
     other_ran = threading.Event()
 
     async def other() -> None:
         other_ran.set()
 
     def quick() -> bool:
-        # Waited for in place, the trio thread is blocked: the other task cannot run yet.
-        return other_ran.wait(0.2)
+        # Once the trio thread waits for this call, it runs nothing else until the result is
+        # handed over: the other task, ready since before the call, has not run.
+        assert spy.waiting.wait(30)
+        return other_ran.is_set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(other)  # ready to run at the next checkpoint of this task
         ran_meanwhile = await run_in_thread(quick, limiter=trio.CapacityLimiter(1), known_as=quick)
     assert ran_meanwhile is False
     assert other_ran.is_set()
+    assert (spy.in_place, spy.waits) == ([True], [True])
 
 
 async def test_a_function_slower_than_the_wait_is_not_waited_for_in_place_again(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spy: CallSpy, threads_clock: ThreadsClock
 ) -> None:
-    monkeypatch.setattr(threads, "QUICK_WAIT", 1.0)
+    monkeypatch.setattr(threads, "QUICK_WAIT", 30.0)
     limiter = trio.CapacityLimiter(1)
-    freed = threading.Event()
-    blocked: list[float] = []
 
     def slow() -> None:
-        # Returns when a trio task frees it; the time it waited shows whether the trio thread
-        # was blocked in the meantime.
-        started = time.monotonic()
-        freed.wait(30)
-        blocked.append(time.monotonic() - started)
+        threads_clock.now += threads.QUICK_WAIT  # this call takes as long as the whole wait
 
-    async def free() -> None:
-        freed.set()
+    def quick() -> None:
+        pass
 
-    for _ in range(2):
-        freed.clear()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(free)
-            await run_in_thread(slow, limiter=limiter, known_as=slow)
-    # The first call is unknown, so it is waited for: up to the whole second. It ran longer
-    # than half of it, so the second is not: the trio thread goes on and frees it at once.
-    assert blocked[0] >= 0.9
-    assert blocked[1] < 0.9
+    for function in (slow, slow, quick, quick):
+        await run_in_thread(function, limiter=limiter, known_as=function)
+    # Unknown functions count as quick. The first call of ``slow`` ran longer than half the
+    # wait, so the second is not waited for; ``quick`` stays quick.
+    assert spy.in_place == [True, False, True, True]
     assert limiter.borrowed_tokens == 0
 
 
+async def test_a_function_that_got_quick_again_is_waited_for_in_place_again(
+    monkeypatch: pytest.MonkeyPatch, spy: CallSpy, threads_clock: ThreadsClock
+) -> None:
+    monkeypatch.setattr(threads, "QUICK_WAIT", 30.0)
+    limiter = trio.CapacityLimiter(1)
+    durations = iter([threads.QUICK_WAIT, 0.0, 0.0])
+
+    def varying() -> None:
+        threads_clock.now += next(durations)
+
+    for _ in range(3):
+        await run_in_thread(varying, limiter=limiter, known_as=varying)
+    # Slow once: the next call is not waited for; it was quick, so the one after it is.
+    assert spy.in_place == [True, False, True]
+
+
 async def test_calls_that_start_while_a_slow_one_runs_are_not_waited_for_in_place(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spy: CallSpy
 ) -> None:
     # The durations are only known when a call ends: a call that outlasts the wait marks its
     # function slow at once, or every call started meanwhile (sync daemons, a burst of slow
     # handlers) would block the trio thread for the whole wait.
-    monkeypatch.setattr(threads, "QUICK_WAIT", 1.0)
+    monkeypatch.setattr(threads, "QUICK_WAIT", 0.001)
     limiter = trio.CapacityLimiter(2)
-    first, second = threading.Event(), threading.Event()
-    blocked: dict[str, float] = {}
+    first = threading.Event()
 
-    def slow(event: threading.Event, label: str) -> None:
-        started = time.monotonic()
+    def slow(event: threading.Event) -> None:
+        # The first call ends only when the test lets it, after the second has begun: the
+        # trio thread's wait for it ends without its result whatever the machine's speed.
         event.wait(30)
-        blocked[label] = time.monotonic() - started
-
-    async def free(event: threading.Event) -> None:
-        event.set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            lambda: run_in_thread(lambda: slow(first, "first"), limiter=limiter, known_as=slow)
+            lambda: run_in_thread(lambda: slow(first), limiter=limiter, known_as=slow)
         )
-        await trio.testing.wait_all_tasks_blocked()  # the first has waited its second, and left
-        nursery.start_soon(free, second)
-        await run_in_thread(lambda: slow(second, "second"), limiter=limiter, known_as=slow)
+        await trio.testing.wait_all_tasks_blocked()  # the wait in place is over, and given up
+        done = threading.Event()
+        done.set()
+        await run_in_thread(lambda: slow(done), limiter=limiter, known_as=slow)
         first.set()
-    assert blocked["second"] < 0.9
-    assert blocked["first"] >= 0.9
+    assert spy.in_place == [True, False]
+    assert spy.waits == [False]  # the one wait in place ended without the result
     assert limiter.borrowed_tokens == 0
 
 
