@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.e2e)
+
+
+@contextmanager
+def private_control_plane(state_dir: Path, port: str, timeout: float, **env: str) -> Iterator[Path]:
+    """A control plane of a test module's own (``scripts/kube-up`` on its own state directory and
+    port, ``env`` its options such as ``TRIOPERATOR_KUBE_AUTHZ``); its kubeconfig. Purged after."""
+    full_env = {
+        **os.environ,
+        "TRIOPERATOR_KUBE_DIR": str(state_dir),
+        "TRIOPERATOR_KUBE_PORT": port,
+        **env,
+    }
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "kube-up")],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    try:
+        assert result.returncode == 0, result.stderr[-4000:]
+        yield Path(result.stdout.strip().splitlines()[-1])
+    finally:
+        subprocess.run(
+            [str(ROOT / "scripts" / "kube-down"), "--purge"],
+            env=full_env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
 
 
 class Kubectl:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -27,7 +26,7 @@ import pytest
 import trioperator as kopf
 import yaml
 
-from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl, OperatorProcess
+from tests.e2e.conftest import EXAMPLES, Kubectl, OperatorProcess, private_control_plane
 
 EXAMPLE = EXAMPLES / "controller"
 # Its own port (and etcd's, PORT+7347/+7357): not the shared 16443, RBAC's 17443, nor the
@@ -39,31 +38,13 @@ MANAGER = "webapp-operator"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A control plane with kube-controller-manager, for this module only; its kubeconfig."""
-    env = {
-        **os.environ,
-        "TRIOPERATOR_KUBE_DIR": str(tmp_path_factory.mktemp("kube-controllers")),
-        "TRIOPERATOR_KUBE_PORT": PORT,
-        "TRIOPERATOR_KUBE_CONTROLLER_MANAGER": "1",
-    }
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "kube-up")],
-        env=env,
-        capture_output=True,
-        text=True,
+    with private_control_plane(
+        tmp_path_factory.mktemp("kube-controllers"),
+        PORT,
         timeout=3600,  # kube-controller-manager is compiled on its first use
-        check=False,
-    )
-    try:
-        assert result.returncode == 0, result.stderr[-4000:]
-        yield Path(result.stdout.strip().splitlines()[-1])
-    finally:
-        subprocess.run(
-            [str(ROOT / "scripts" / "kube-down"), "--purge"],
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        TRIOPERATOR_KUBE_CONTROLLER_MANAGER="1",
+    ) as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture(scope="module")

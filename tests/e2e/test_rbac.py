@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl, OperatorProcess
+from tests.e2e.conftest import EXAMPLES, ROOT, Kubectl, OperatorProcess, private_control_plane
 
 # Its own port (and etcd's, PORT+7347/+7357), next to the shared server's 16443.
 PORT = os.environ.get("TRIOPERATOR_RBAC_KUBE_PORT", "17443")
@@ -72,31 +72,10 @@ RULES_CLUSTERWIDE = {
 @pytest.fixture(scope="module")
 def rbac_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A kube-apiserver with RBAC enforced, for this module only; its admin kubeconfig."""
-    env = {
-        **os.environ,
-        "TRIOPERATOR_KUBE_DIR": str(tmp_path_factory.mktemp("kube-rbac")),
-        "TRIOPERATOR_KUBE_PORT": PORT,
-        "TRIOPERATOR_KUBE_AUTHZ": "RBAC",
-    }
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "kube-up")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    try:
-        assert result.returncode == 0, result.stderr[-4000:]
-        yield Path(result.stdout.strip().splitlines()[-1])
-    finally:
-        subprocess.run(
-            [str(ROOT / "scripts" / "kube-down"), "--purge"],
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+    with private_control_plane(
+        tmp_path_factory.mktemp("kube-rbac"), PORT, timeout=600, TRIOPERATOR_KUBE_AUTHZ="RBAC"
+    ) as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture(scope="module")
