@@ -37,8 +37,8 @@ from trioperator._engine.handlers import ChangingHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.reasons import Reason
 from trioperator._engine.settings import ExecutionSettings
-from trioperator._runtime.asyncio_bridge import run_with_asyncio
-from trioperator._runtime.invocation import invoke, make_limiter
+from trioperator._runtime.handling.asyncio_bridge import run_with_asyncio
+from trioperator._runtime.handling.invocation import invoke, make_limiter
 
 KWARGS = {"name": "kopf-example-1", "namespace": "default", "retry": 0}
 

@@ -61,8 +61,8 @@ from trioperator._engine.diffs import diff as make_diff
 from trioperator._engine.patches import Patch
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.httpserver import Request
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
+from trioperator._runtime.support.httpserver import Request
 from trioperator._wire.watch import LineSplitter
 from trioperator.testing import FakeAPI
 from trioperator.testing._fakestore import Change

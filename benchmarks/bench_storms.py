@@ -111,7 +111,7 @@ async def serve(workload: dict[str, Any]) -> None:
 async def operate(url: str, workload: dict[str, Any], go: Any) -> dict[str, Any]:
     import trioperator as kopf
     from trioperator._client.credentials import ConnectionInfo, Vault
-    from trioperator._runtime.operator import Operator
+    from trioperator._runtime.program.operator import Operator
 
     registry = kopf.OperatorRegistry()
     settings = kopf.OperatorSettings()

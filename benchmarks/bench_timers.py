@@ -53,7 +53,7 @@ from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.on import daemon, timer
 from trioperator.testing import FakeAPI
 

@@ -11,7 +11,7 @@ Compared:
 * ``msgspec.convert``: the spec dict decoded into ``WidgetSpec`` (strict types, constraints),
   then the same fields read as attributes;
 * ``typed handler call``: the whole wrapper a typed handler is registered as
-  (``_runtime/typed_calls.py``): decoding ``spec`` and ``status``, the call, encoding the
+  (``_runtime/handling/typed_calls.py``): decoding ``spec`` and ``status``, the call, encoding the
   returned ``WidgetStatus`` into a dict -- against calling the dict handler directly.
 
 A dict handler is registered unwrapped: for it, the typed feature costs nothing per event.
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trioperator._engine.bodies import Body
 from trioperator._engine.registry import OperatorRegistry
-from trioperator._runtime.loading import load_operator_code
-from trioperator._runtime.typed_calls import typed_handler
+from trioperator._runtime.handling.typed_calls import typed_handler
+from trioperator._runtime.program.loading import load_operator_code
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -50,10 +50,10 @@ from trioperator._engine.registry import (
     get_default_registry,
 )
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.freezing import PeeringCommandError, Touched, touch_peerings
-from trioperator._runtime.loading import OperatorCodeError, load_operator_code
-from trioperator._runtime.logsetup import CHATTY_LOGGERS, configure
-from trioperator._runtime.operator import Operator, check_endpoints
+from trioperator._runtime.program.freezing import PeeringCommandError, Touched, touch_peerings
+from trioperator._runtime.program.loading import OperatorCodeError, load_operator_code
+from trioperator._runtime.program.logsetup import CHATTY_LOGGERS, configure
+from trioperator._runtime.program.operator import Operator, check_endpoints
 from trioperator._util.endpoints import parse_endpoint
 from trioperator._version import __version__
 

@@ -62,7 +62,7 @@ from trioperator._engine.registry import (
     get_default_registry,
 )
 from trioperator._engine.selectors import Marker, Selector
-from trioperator._runtime.typed_calls import typed_handler
+from trioperator._runtime.handling.typed_calls import typed_handler
 
 __all__ = [
     "cleanup",

@@ -45,7 +45,7 @@ from trioperator._engine.models import (
     model_of,
     resource,
 )
-from trioperator._runtime.typed_calls import INVALID_REASON
+from trioperator._runtime.handling.typed_calls import INVALID_REASON
 
 __all__ = [
     "INVALID_REASON",

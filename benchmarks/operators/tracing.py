@@ -73,7 +73,7 @@ def _name_of(path: str) -> tuple[str, str]:
 
 def _patch_trioperator() -> None:
     from trioperator._client import h11_transport, http
-    from trioperator._runtime import mailboxes
+    from trioperator._runtime.objects import mailboxes
 
     put = mailboxes.Mailbox.put
 

@@ -23,7 +23,7 @@ import trio
 import trio.testing
 import trustme
 from trioperator._engine.settings import ServingSettings
-from trioperator._runtime.httpserver import Request, Response, serve_http
+from trioperator._runtime.support.httpserver import Request, Response, serve_http
 
 LIMITS = ServingSettings(
     handshake_timeout=5,

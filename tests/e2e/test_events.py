@@ -1,7 +1,7 @@
 """Kubernetes Events posted by handlers (examples/04-events), as the real API server keeps them.
 
 Needs the poster wired into the operator and ``trioperator.event/info/warn/exception``
-exported from the package (see trioperator/_runtime/posting.py).
+exported from the package (see trioperator/_runtime/handling/posting.py).
 """
 
 from __future__ import annotations

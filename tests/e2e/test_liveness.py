@@ -1,6 +1,6 @@
 """The liveness endpoint of a CLI-run operator (``--liveness``), asked as the kubelet asks it.
 
-Needs the ``-L/--liveness`` option of the CLI (see trioperator/_runtime/probing.py).
+Needs the ``-L/--liveness`` option of the CLI (see trioperator/_runtime/program/probing.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from trioperator._client.config import load_kubeconfig
 from trioperator._client.credentials import Vault
 from trioperator._client.errors import APINotFoundError
 from trioperator._client.resources import Resource
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 
 from tests.e2e.conftest import EXAMPLES, Kubectl
 

@@ -19,8 +19,8 @@ from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.settings import NetworkingSettings
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.execution import Execution
-from trioperator._runtime.invocation import make_limiter
+from trioperator._runtime.handling.execution import Execution
+from trioperator._runtime.handling.invocation import make_limiter
 from trioperator.testing import FakeAPI
 from trioperator.testing.harness import line_of
 

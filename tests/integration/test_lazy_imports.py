@@ -131,8 +131,10 @@ def test_a_plain_operator_never_imports_asyncio(tmp_path: Path) -> None:
     assert report["code"] == 0
     assert report["status"] == {"message": "handled"}  # it ran, and handled an object
     assert [name for name in NOT_IMPORTED if name in report["imported"]] == []
-    assert "trioperator._runtime.asyncio_bridge" in report["imported"]  # the bridge is there
-    assert "trioperator._runtime.metrics" in report["imported"]  # counting, not exporting
+    assert (
+        "trioperator._runtime.handling.asyncio_bridge" in report["imported"]
+    )  # the bridge is there
+    assert "trioperator._runtime.support.metrics" in report["imported"]  # counting, not exporting
 
 
 def test_an_asyncio_handler_still_gets_its_loop(tmp_path: Path) -> None:

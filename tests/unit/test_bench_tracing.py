@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import tracing
 from trioperator._client import h11_transport, http
-from trioperator._runtime import mailboxes
+from trioperator._runtime.objects import mailboxes
 
 tracing.install("trioperator")
 wrapped = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from trioperator._engine.registry import OperatorRegistry
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.cli import CLIControls, UsageError, load, main
 
 

@@ -10,7 +10,7 @@ import pytest
 import trioperator as kopf
 from trioperator._engine.handlers import ChangingHandler
 from trioperator._engine.registry import OperatorRegistry
-from trioperator._runtime.loading import OperatorCodeError, load_operator_code
+from trioperator._runtime.program.loading import OperatorCodeError, load_operator_code
 
 OPERATOR = """
 import dataclasses

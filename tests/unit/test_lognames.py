@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import trioperator as kopf  # noqa: F401 -- the framework's loggers exist from the import on
 from trioperator._engine.handlers import Activity
-from trioperator._runtime.activities import activity_logger
-from trioperator._runtime.loggers import LocalObjectLogger, ObjectLogger
-from trioperator._runtime.logsetup import make_formatter
+from trioperator._runtime.handling.loggers import LocalObjectLogger, ObjectLogger
+from trioperator._runtime.program.activities import activity_logger
+from trioperator._runtime.program.logsetup import make_formatter
 from trioperator._util.lognames import framework_logger
 
 BODY = {

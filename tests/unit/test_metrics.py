@@ -13,12 +13,12 @@ from trioperator._engine.errors import HandlerRetriesError, HandlerTimeoutError,
 from trioperator._engine.progression import HandlerOutcome
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.contexts import OperatorContext, ResourceContext
-from trioperator._runtime.httpserver import Request
-from trioperator._runtime.mailboxes import Mailbox
-from trioperator._runtime.memories import Memories
-from trioperator._runtime.metrics import OperatorMetrics, metrics_response
-from trioperator._runtime.operator import Operator, check_endpoints
+from trioperator._runtime.objects.mailboxes import Mailbox
+from trioperator._runtime.objects.memories import Memories
+from trioperator._runtime.pipeline.contexts import OperatorContext, ResourceContext
+from trioperator._runtime.program.operator import Operator, check_endpoints
+from trioperator._runtime.support.httpserver import Request
+from trioperator._runtime.support.metrics import OperatorMetrics, metrics_response
 
 THINGS = Resource(group="example.dev", version="v1", plural="things", kind="Thing")
 LABEL = "things.v1.example.dev"
@@ -249,7 +249,7 @@ def test_the_counters_export_as_prometheus_clients_own_would(
 ) -> None:
     from prometheus_client import CollectorRegistry, Counter, Histogram
     from prometheus_client.exposition import choose_encoder
-    from trioperator._runtime.metrics import API_BUCKETS, HANDLER_BUCKETS
+    from trioperator._runtime.support.metrics import API_BUCKETS, HANDLER_BUCKETS
 
     monkeypatch.setattr("time.time", lambda: 1700000000.25)
     metrics = OperatorMetrics()

@@ -110,17 +110,20 @@ def test_the_package_uses_no_private_name_of_another_library() -> None:
         ("import h11._writers", ["import h11._writers"]),
         ("import h11._writers as w", ["import h11._writers"]),
         ("from h11._writers import write_request", ["from h11._writers import ..."]),
-        ("from prometheus_client.metrics import _use_created", [
-            "from prometheus_client.metrics import _use_created"
-        ]),
+        (
+            "from prometheus_client.metrics import _use_created",
+            ["from prometheus_client.metrics import _use_created"],
+        ),
         ("import h11\nh11._util.bytesify(b'')", ["h11._util"]),
         ("import trio\ntrio.lowlevel._private()", ["trio.lowlevel._private"]),
-        ("from prometheus_client import metrics as m\nm._use_created", [
-            "prometheus_client.metrics._use_created"
-        ]),
-        ("from prometheus_client import metrics\ngetattr(metrics, '_use_created', True)", [
-            "getattr(prometheus_client.metrics, '_use_created')"
-        ]),
+        (
+            "from prometheus_client import metrics as m\nm._use_created",
+            ["prometheus_client.metrics._use_created"],
+        ),
+        (
+            "from prometheus_client import metrics\ngetattr(metrics, '_use_created', True)",
+            ["getattr(prometheus_client.metrics, '_use_created')"],
+        ),
         ("import trio\ndef f():\n    import h11\n    return h11._writers", ["h11._writers"]),
     ],
 )
@@ -132,7 +135,7 @@ def test_each_spelling_of_a_private_use_is_found(source: str, found: list[str]) 
     "source",
     [
         "import trio\ntrio.lowlevel.checkpoint()",  # public
-        "import trioperator._runtime.metrics",  # our own
+        "import trioperator._runtime.support.metrics",  # our own
         "from trioperator._util import clock\nclock._private",  # our own
         "import sys\nsys._getframe()",  # the standard library is not a third party
         "from . import _sibling",  # relative: our own

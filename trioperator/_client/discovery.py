@@ -9,7 +9,7 @@ failures and other errors escalate: they are not about one group.
 A scan can be limited to a :data:`DiscoveryScope`: the API groups (and versions) that the
 handlers' selectors can match; the other groups' resource lists are not requested at all. Here
 the group versions are scanned one after another (this layer opens no nurseries); the runtime
-layer scans them in parallel with the same building blocks (``_runtime/discovering.py``).
+layer scans them in parallel with the same building blocks (``_runtime/support/discovering.py``).
 """
 
 from __future__ import annotations

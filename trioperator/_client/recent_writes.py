@@ -11,7 +11,7 @@ is the ``MODIFIED`` event of one of them -- checked by comparing the bytes, neve
 the version alone -- the watch hands on the already decoded answer instead of decoding the
 line. Both are then one and the same dict, which is why only writes whose answers the
 framework reads and never changes are kept (the patches of the change handling, see
-``_runtime/applying.py``), never the answers given to user code.
+``_runtime/handling/applying.py``), never the answers given to user code.
 
 A write that changed nothing makes no event: its answer is not kept. Nor is an answer whose echo
 has come already -- the API server may send the event before the answer, and the watch may read

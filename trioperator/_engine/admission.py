@@ -1,7 +1,7 @@
 """Admission decisions without I/O: which handlers answer a review, with which kwargs, and how
 their outcomes become the response; and the contents of the managed webhook configurations.
 
-The runtime (``_runtime/admission.py``) decodes a review, calls :func:`find_resource`,
+The runtime (``_runtime/admission/admission.py``) decodes a review, calls :func:`find_resource`,
 :func:`select_handlers` and :class:`WebhookCause`, invokes the handlers, and turns their errors
 into the response with :func:`judge` and :func:`mutation_patch`. Requests that cannot be
 answered with a review at all raise ``WebhookRejected`` (servers answer with an HTTP error).

@@ -8,7 +8,7 @@ encoded again, with its metadata as it was (the API server refuses any other cha
 Fields of the status that no model declares -- the framework's own records, the handlers'
 results -- are carried over as they are: they would be lost on every conversion otherwise.
 
-Pure: no I/O. The operator's webhook server (``_runtime/admission.py``) answers reviews at
+Pure: no I/O. The operator's webhook server (``_runtime/admission/admission.py``) answers reviews at
 ``<its URL>/conversion/<CRD name>`` for the resources that its handlers name by their model
 (:func:`served_conversions`), and points the CRDs' ``spec.conversion`` there.
 """

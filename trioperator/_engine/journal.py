@@ -1,11 +1,11 @@
 """The journal: the status write of a cycle carries the body write that follows it.
 
-A cycle of a resource with a ``status`` subresource ends with two writes (``_runtime/applying``):
-first the status (the handlers' results), then the body (the marks of "handled": progress
-records, the diff-base). A crash between the two used to leave the results without the marks,
-and the next operator ran those handlers again, with their side effects. Under load the two
-writes of one object are far apart (they queue with everybody else's), so this happened to
-dozens of objects at a time.
+A cycle of a resource with a ``status`` subresource ends with two writes
+(``_runtime/handling/applying``): first the status (the handlers' results), then the body (the marks
+of "handled": progress records, the diff-base). A crash between the two used to leave the results
+without the marks, and the next operator ran those handlers again, with their side effects. Under
+load the two writes of one object are far apart (they queue with everybody else's), so this happened
+to dozens of objects at a time.
 
 So the first write says what the second will be: ``status.kopf.journal`` holds the body's
 merge-patch (marks, the handlers' own changes of the body) as a JSON string -- as a dict, its

@@ -8,7 +8,7 @@ Operators that share a peering object (``KopfPeering`` in a namespace, or
 
 The format is Kopf's exactly, so Kopf operators and trioperator ones see each other: a record
 is alive until ``lastseen + lifetime``; a ``null`` removes it. The runtime side (keep-alives,
-watching the object) is in ``trioperator._runtime.peering``.
+watching the object) is in ``trioperator._runtime.coordination.peering``.
 """
 
 from __future__ import annotations

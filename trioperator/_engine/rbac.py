@@ -64,7 +64,7 @@ PEERING_GROUP: Final = "kopf.dev"
 
 ADMISSION_GROUP: Final = "admissionregistration.k8s.io"
 EVENTS_FALLBACK_NAMESPACE: Final = "default"
-"""Where events about cluster-scoped objects are posted (see ``_runtime/posting.py``)."""
+"""Where events about cluster-scoped objects are posted (see ``_runtime/handling/posting.py``)."""
 
 _VERB_ORDER: Final = ("get", "list", "watch", "create", "patch", "update", "delete")
 

@@ -1,6 +1,6 @@
 """What an operator serves: (resource, namespace) pairs, from the discovery, CRDs and namespaces.
 
-Pure decisions for the orchestrator (``trioperator._runtime.orchestration``), which observes
+Pure decisions for the orchestrator (``trioperator._runtime.program.orchestration``), which observes
 the cluster and starts and stops the watchers:
 
 - which namespaces are served, from the namespaces' listings and events (a namespace that is

@@ -173,7 +173,7 @@ class AdmissionSettings:
 @dataclasses.dataclass
 class ServingSettings:
     """Beyond Kopf: the bounds of the operator's servers (webhooks, liveness, metrics), which
-    face peers it does not trust (``trioperator._runtime.httpserver``).
+    face peers it does not trust (``trioperator._runtime.support.httpserver``).
 
     Timeouts are in seconds; each bounds a whole phase, not a single read, so a peer that sends
     a byte now and then gains nothing. ``None`` disables a timeout or a cap (not advisable for

@@ -2,8 +2,8 @@
 
 Several replicas of one operator share its objects: each object belongs to exactly one live
 replica, chosen by consistent hashing over a ring of virtual nodes (``Ring``). The runtime side
-(``_runtime/sharding.py``) keeps the membership in ``coordination.k8s.io/v1`` Leases and runs
-the hand-over protocol; this module holds what it decides with.
+(``_runtime/coordination/sharding.py``) keeps the membership in ``coordination.k8s.io/v1``
+Leases and runs the hand-over protocol; this module holds what it decides with.
 
 The key of an object (``ring_key``) is the ``uid`` of its controller owner (the
 ``ownerReferences`` entry with ``controller: true``) if it has one, else its own ``uid``:
@@ -20,7 +20,7 @@ The hash is blake2b (8 bytes): the same in every process and every Python versio
 A *view* is the set of member names a replica computed a ring from. Each replica publishes in
 its Lease the view it has *drained for* (``DRAINED_ANNOTATION``): "I work on no object that
 this view assigns to another member". The hand-over rule built on it is in
-``_runtime/sharding.py`` and docs/sharding.md.
+``_runtime/coordination/sharding.py`` and docs/sharding.md.
 """
 
 from __future__ import annotations

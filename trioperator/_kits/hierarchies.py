@@ -28,7 +28,7 @@ from typing import Any, TypeAlias
 
 from trioperator._engine.filters import FieldSpec
 from trioperator._engine.references import OwnerReference, build_owner_reference
-from trioperator._runtime.execution import handler_body
+from trioperator._runtime.handling.execution import handler_body
 
 __all__ = [
     "adjust_namespace",

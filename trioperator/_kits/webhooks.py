@@ -3,7 +3,7 @@
 These are configuration objects with Kopf's names and parameters. They are trio-native: the
 operator calls ``await server.serve(fn, configs=..., task_status=...)`` in its nursery tree (see
 ``trioperator._engine.webhooks``); the serving itself (listening, routing, restarts on renewed
-certificates) is ``trioperator._runtime.webhook_serving``.
+certificates) is ``trioperator._runtime.admission.webhook_serving``.
 
 * :class:`WebhookServer` listens on ``addr:port`` (every interface and a free port by default)
   with HTTPS. Without ``certfile``, it generates a CA and a server certificate with ``trustme``
@@ -65,7 +65,7 @@ from trioperator._kits.cluster_detection import (
     detect_cluster_host,
 )
 from trioperator._kits.errors import MissingDependencyError, WebhookCAError
-from trioperator._runtime.webhook_serving import (
+from trioperator._runtime.admission.webhook_serving import (
     ServingSetup,
     StrPath,
     build_url,

@@ -40,7 +40,7 @@ import trio
 import yaml
 
 from trioperator._engine.patches import apply_merge_patch
-from trioperator._runtime.httpserver import (
+from trioperator._runtime.support.httpserver import (
     UNBOUNDED,
     DropConnection,
     Request,

@@ -40,9 +40,9 @@ from trioperator._engine.registry import (
     get_default_registry,
 )
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.loading import load_operator_code
-from trioperator._runtime.loggers import object_prefix
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.handling.loggers import object_prefix
+from trioperator._runtime.program.loading import load_operator_code
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing.cluster import ClusterObjects
 from trioperator.testing.controlplane import CRDSource, RealControlPlane, load_crds
 from trioperator.testing.fakeapi import FakeAPI

@@ -37,7 +37,7 @@ import trio
 
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing.fakeapi import FakeAPI, RecordedRequest
 from trioperator.testing.harness import _single
 

@@ -14,7 +14,7 @@ from trioperator._client.errors import APIForbiddenError
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookClientConfig, WebhookFn
-from trioperator._runtime.admission import AdmissionSetupError, run_admission
+from trioperator._runtime.admission.admission import AdmissionSetupError, run_admission
 from trioperator.testing import FakeAPI
 
 MANAGED = "auto.kopf.dev"

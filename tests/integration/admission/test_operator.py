@@ -12,8 +12,8 @@ import trioperator as kopf
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.admission import AdmissionSetupError
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.admission.admission import AdmissionSetupError
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 MANAGED = "auto.kopf.dev"

@@ -13,9 +13,9 @@ import trioperator as kopf
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookRejected
-from trioperator._runtime.admission import AdmissionServing
-from trioperator._runtime.execution import Execution
-from trioperator._runtime.metrics import OperatorMetrics
+from trioperator._runtime.admission.admission import AdmissionServing
+from trioperator._runtime.handling.execution import Execution
+from trioperator._runtime.support.metrics import OperatorMetrics
 
 OBJ: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",

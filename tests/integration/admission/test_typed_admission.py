@@ -17,7 +17,7 @@ from trioperator._engine.rbac import required_permissions
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookRejected
-from trioperator._runtime.admission import AdmissionServing, run_admission
+from trioperator._runtime.admission.admission import AdmissionServing, run_admission
 
 __all__ = ["serving"]  # the fixture, shared with test_serving
 

@@ -11,7 +11,7 @@ import trio
 import trioperator as kopf
 from tests.integration.apiclient.conftest import configmap
 from trioperator._client.apiclient.credentials import VaultFromThread
-from trioperator._runtime.apiclients import match_resources
+from trioperator._runtime.handling.apiclients import match_resources
 from trioperator.testing import FakeAPI
 
 

@@ -21,7 +21,13 @@ import trio
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import UNBOUNDED, DropConnection, Request, Response, serve_http
+from trioperator._runtime.support.httpserver import (
+    UNBOUNDED,
+    DropConnection,
+    Request,
+    Response,
+    serve_http,
+)
 
 Responder = Response | Callable[[Request], Awaitable[Response]] | BaseException
 

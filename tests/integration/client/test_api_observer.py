@@ -13,7 +13,7 @@ from trioperator._client.credentials import Vault
 from trioperator._client.errors import APIConnectionError, APINotFoundError
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import DropConnection, Request, Response
+from trioperator._runtime.support.httpserver import DropConnection, Request, Response
 
 THINGS = Resource(group="example.dev", version="v1", plural="things", kind="Thing")
 

@@ -17,7 +17,7 @@ from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIConnectionError, APIGoneError, APINotFoundError
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import Response
+from trioperator._runtime.support.httpserver import Response
 
 KEX = Resource(group="kopf.dev", version="v1", plural="kopfexamples", kind="KopfExample")
 NODES = Resource(group="", version="v1", plural="nodes", kind="Node", namespaced=False)

@@ -30,7 +30,7 @@ from trioperator._client.errors import (
     APIUnprocessableEntityError,
 )
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import DropConnection, Request, Response
+from trioperator._runtime.support.httpserver import DropConnection, Request, Response
 
 API_LOGGER = "trioperator._client.api"
 

@@ -13,7 +13,7 @@ from trioperator._client.discovery import scan_resources
 from trioperator._client.errors import APIConnectionError, APIForbiddenError, APIProtocolError
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import DropConnection, Request, Response
+from trioperator._runtime.support.httpserver import DropConnection, Request, Response
 
 CORE = {"kind": "APIVersions", "versions": ["v1"]}
 CORE_V1 = {

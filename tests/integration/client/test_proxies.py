@@ -21,7 +21,7 @@ from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIConnectionError, APIProtocolError
 from trioperator._client.http import HTTPSession
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import Request, Response
+from trioperator._runtime.support.httpserver import Request, Response
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from trioperator._client.watching import (
     WatchItem,
     stream_events,
 )
-from trioperator._runtime.httpserver import DropConnection, Response
+from trioperator._runtime.support.httpserver import DropConnection, Response
 
 KEX = Resource(group="kopf.dev", version="v1", plural="kopfexamples", kind="KopfExample")
 URL = "/apis/kopf.dev/v1/namespaces/ns1/kopfexamples"

@@ -597,7 +597,7 @@ async def test_no_daemons_are_spawned_while_the_operator_stops(
 
 
 async def test_stopped_flag_reason_and_truthiness() -> None:
-    from trioperator._runtime.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
+    from trioperator._runtime.objects.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
 
     stopper = TrioDaemonStopper()
     stopped = AsyncDaemonStopped(stopper)

@@ -15,7 +15,7 @@ import trio
 from tests.integration.conftest import wait_until
 from trioperator._client.api import APIClient
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.posting import (
+from trioperator._runtime.handling.posting import (
     K8sEvent,
     ObjectEventsHandler,
     install_poster,

@@ -1,7 +1,8 @@
 """The poster and the liveness endpoint as parts of a whole running operator (fake API, mock clock).
 
-These check the operator's wiring of trioperator/_runtime/{posting,probing}.py; they are skipped
-until the operator has that wiring (``Operator(liveness_endpoint=...)``).
+These check the operator's wiring of trioperator/_runtime/handling/posting.py and
+program/probing.py; they are skipped until the operator has that wiring
+(``Operator(liveness_endpoint=...)``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import trioperator as kopf
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.operator import Operator
-from trioperator._runtime.posting import info, warn
+from trioperator._runtime.handling.posting import info, warn
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 pytestmark = pytest.mark.skipif(

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 import trio
-from trioperator._runtime.invocation import invoke, make_limiter
-from trioperator._runtime.loggers import LocalObjectLogger, ObjectLogger
-from trioperator._runtime.posting import (
+from trioperator._runtime.handling.invocation import invoke, make_limiter
+from trioperator._runtime.handling.loggers import LocalObjectLogger, ObjectLogger
+from trioperator._runtime.handling.posting import (
     PostingUnavailableError,
     event,
     exception,

@@ -19,8 +19,8 @@ from trioperator._client.resources import Resource
 from trioperator._client.watching import WatchHealth, WatchItem, stream_events
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.execution import Execution
-from trioperator._runtime.probing import ProbeHealth, serve_liveness
+from trioperator._runtime.handling.execution import Execution
+from trioperator._runtime.program.probing import ProbeHealth, serve_liveness
 from trioperator._util.endpoints import parse_endpoint
 from trioperator.testing import FakeAPI
 

@@ -11,7 +11,7 @@ import trio
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 if TYPE_CHECKING:

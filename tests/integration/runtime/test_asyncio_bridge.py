@@ -11,7 +11,7 @@ import trio
 from trioperator._engine.handlers import ActivityHandler
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.settings import ExecutionSettings
-from trioperator._runtime.asyncio_bridge import (
+from trioperator._runtime.handling.asyncio_bridge import (
     run_asyncio,
     run_trio_from_asyncio,
     run_with_asyncio,

@@ -17,7 +17,7 @@ from typing import Any
 import trio
 import trioperator as kopf
 from trioperator._client.credentials import ConnectionInfo, Vault
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 DIFFBASE = "kopf.zalando.org/last-handled-configuration"

@@ -10,8 +10,8 @@ import trio
 import trioperator as kopf
 from trioperator._client.api import APIClient
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.freezing import PeeringCommandError, touch_peerings
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.freezing import PeeringCommandError, touch_peerings
+from trioperator._runtime.program.operator import Operator
 from trioperator.cli import CLIControls, main
 from trioperator.testing import FakeAPI
 

@@ -24,7 +24,7 @@ import trioperator as kopf
 from tests.integration.conftest import results
 from tests.integration.runtime.conftest import Running
 from trioperator._client.credentials import ConnectionInfo, Vault
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 ULTIMATE = "settings.process.ultimate_exiting_timeout"

@@ -417,7 +417,7 @@ async def test_busy_workers_and_queued_events(
         fake_api.create_object("kopfexamples", obj)
         await started.wait()
         # Changes while the handler runs wait in the worker's mailbox: coalesced to the newest
-        # one, as no on.event handler needs every event (see _runtime/mailboxes.py).
+        # one, as no on.event handler needs every event (see _runtime/objects/mailboxes.py).
         for number in range(3):
             fake_api.patch_object(
                 "kopfexamples", "kopf-example-1", {"spec": {"n": number}}, "default"

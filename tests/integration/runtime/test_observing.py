@@ -12,7 +12,7 @@ from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
 from trioperator._client.settings import WatchingSettings
 from trioperator._client.watching import RawWatchEvent
-from trioperator._runtime.observing import observe_resource
+from trioperator._runtime.support.observing import observe_resource
 from trioperator.testing import FakeAPI
 
 EXAMPLES = Resource(group="kopf.dev", version="v1", plural="kopfexamples", kind="KopfExample")

@@ -16,7 +16,7 @@ import trio
 import trioperator as kopf
 import yaml
 from trioperator._client.credentials import ConnectionInfo, Vault
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 MANIFEST = Path(__file__).parents[3] / "manifests" / "peering.yaml"

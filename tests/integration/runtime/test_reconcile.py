@@ -15,7 +15,7 @@ import trioperator as kopf
 from trioperator._client.errors import APINotFoundError
 from trioperator._client.resources import Resource
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 
 CONFIGMAPS = Resource(
     group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True

@@ -17,7 +17,7 @@ import trioperator as kopf
 import trustme
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.tls import build_ssl_context
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 TOKEN = "s3cr3t-bearer-token-4f9a1c"

@@ -15,7 +15,7 @@ import trioperator as kopf
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.sharding import RING_LABEL, Ring, lease_name
-from trioperator._runtime.operator import Operator
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 from .conftest import OBJ

@@ -10,7 +10,7 @@ import trio
 import trioperator as kopf
 from tests.integration.conftest import results
 from trioperator._engine.lifecycles import all_at_once
-from trioperator._runtime.execution import execute
+from trioperator._runtime.handling.execution import execute
 
 DIFFBASE = "kopf.zalando.org/last-handled-configuration"
 

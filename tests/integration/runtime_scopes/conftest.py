@@ -19,9 +19,9 @@ from trioperator._client.watching import WatchHealth
 from trioperator._engine.memos import Memo
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.contexts import OperatorContext
-from trioperator._runtime.invocation import make_limiter
-from trioperator._runtime.orchestration import Orchestration, run_orchestrator
+from trioperator._runtime.handling.invocation import make_limiter
+from trioperator._runtime.pipeline.contexts import OperatorContext
+from trioperator._runtime.program.orchestration import Orchestration, run_orchestrator
 from trioperator.testing import FakeAPI
 
 

@@ -20,7 +20,7 @@ from tests.integration.runtime_scopes.test_orchestration import (
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIForbiddenError
-from trioperator._runtime.discovering import discover_resources
+from trioperator._runtime.support.discovering import discover_resources
 from trioperator.testing import FakeAPI
 
 

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trioperator as kopf
 from trioperator._client.watching import WatchHealth
-from trioperator._runtime.contexts import ResourceContext
+from trioperator._runtime.pipeline.contexts import ResourceContext
 from trioperator.testing import FakeAPI
 
 EXAMPLES = "kopfexamples"

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 import trustme
 from trioperator._kits.webhooks import WebhookServer
-from trioperator._runtime.webhook_serving import RETIRED_GRACE
+from trioperator._runtime.admission.webhook_serving import RETIRED_GRACE
 
 from .conftest import Recorder, Running, post, running, trusting, write_server_files
 

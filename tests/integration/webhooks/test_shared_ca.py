@@ -29,8 +29,8 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._engine.webhooks import WebhookClientConfig
 from trioperator._kits.errors import WebhookCAError
 from trioperator._kits.webhooks import WebhookServiceServer
-from trioperator._runtime.operator import Operator
-from trioperator._runtime.webhook_serving import ServerSupport, providing
+from trioperator._runtime.admission.webhook_serving import ServerSupport, providing
+from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
 from .conftest import Recorder, free_port, post

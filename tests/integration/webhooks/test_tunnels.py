@@ -29,7 +29,7 @@ from trioperator._kits.webhooks import (
     WebhookNgrokTunnel,
     WebhookServer,
 )
-from trioperator._runtime.httpserver import UNBOUNDED, Request, Response, serve_http
+from trioperator._runtime.support.httpserver import UNBOUNDED, Request, Response, serve_http
 
 from .conftest import Recorder, post, running, write_server_files
 

@@ -11,7 +11,7 @@ import kubernetes_asyncio.client as k8s_async
 import pykube
 import pytest
 import trioperator as kopf
-from trioperator._runtime.execution import handler_body
+from trioperator._runtime.handling.execution import handler_body
 
 OWNER: dict[str, Any] = {
     "apiVersion": "kopf.dev/v1",

@@ -21,7 +21,7 @@ from trioperator._kits.webhooks import (
     accessible_addr,
     certificate_hostnames,
 )
-from trioperator._runtime.webhook_serving import ServerSupport, providing
+from trioperator._runtime.admission.webhook_serving import ServerSupport, providing
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import trio
-from trioperator._runtime.alarms import Alarm, AlarmClock, slack
+from trioperator._runtime.objects.alarms import Alarm, AlarmClock, slack
 
 
 class Slot:
@@ -120,7 +120,7 @@ async def test_zero_and_negative_sleeps_are_checkpoints(autojump_clock: Any) -> 
 
 async def test_a_daemons_timed_waits_on_its_flag_sleep_on_the_clock(autojump_clock: Any) -> None:
     from trioperator._engine.stoppers import DaemonStoppingReason
-    from trioperator._runtime.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
+    from trioperator._runtime.objects.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
 
     woken: list[tuple[str, float, bool]] = []
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from trioperator._client.resources import Resource
 from trioperator._engine.patches import Patch
-from trioperator._runtime.applying import apply_patch
+from trioperator._runtime.handling.applying import apply_patch
 
 WITH_STATUS = Resource(
     group="kopf.dev", version="v1", plural="kopfexamples", subresources=frozenset({"status"})

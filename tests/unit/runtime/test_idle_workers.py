@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from trioperator._runtime.mailboxes import Backlog, IdleWorkers, Mailbox
+from trioperator._runtime.objects.mailboxes import Backlog, IdleWorkers, Mailbox
 
 
 def event(version: str) -> Any:

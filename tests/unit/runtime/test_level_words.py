@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from trioperator._runtime.loggers import level_word
+from trioperator._runtime.handling.loggers import level_word
 
 WORDS = ("debug", "info", "warn", "error", "fatal")
 

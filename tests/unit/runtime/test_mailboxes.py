@@ -6,7 +6,7 @@ from typing import Any
 
 import trio
 import trio.testing
-from trioperator._runtime.mailboxes import Backlog, Mailbox
+from trioperator._runtime.objects.mailboxes import Backlog, Mailbox
 
 
 def event(version: str, type_: str | None = "MODIFIED") -> Any:

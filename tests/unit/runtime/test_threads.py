@@ -15,8 +15,8 @@ import pytest
 import sniffio
 import trio
 import trio.testing
-from trioperator._runtime import threads
-from trioperator._runtime.threads import run_in_thread
+from trioperator._runtime.handling import threads
+from trioperator._runtime.handling.threads import run_in_thread
 
 marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
 

@@ -14,7 +14,7 @@ from trioperator._engine.errors import PermanentError
 from trioperator._engine.handlers import ChangingHandler
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.selectors import Selector
-from trioperator._runtime.typed_calls import typed_handler
+from trioperator._runtime.handling.typed_calls import typed_handler
 
 
 class Spec(msgspec.Struct, kw_only=True, rename="camel"):
@@ -171,7 +171,7 @@ def test_events_are_posted_only_about_existing_objects(monkeypatch: pytest.Monke
     def warn(obj: Any, *, reason: str, message: str = "") -> None:
         posted.append((obj["metadata"]["name"], reason, message))
 
-    monkeypatch.setattr("trioperator._runtime.typed_calls.warn", warn)
+    monkeypatch.setattr("trioperator._runtime.handling.typed_calls.warn", warn)
 
     def fn(spec: Spec, **_: Any) -> None:
         pass

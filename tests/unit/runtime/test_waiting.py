@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from trioperator._runtime.waiting import first_of, wait_any
+from trioperator._runtime.support.waiting import first_of, wait_any
 
 
 async def _after(seconds: float, value: str, log: list[str]) -> str:

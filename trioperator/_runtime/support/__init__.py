@@ -1,0 +1,7 @@
+"""Building blocks the other parts share, with no knowledge of handlers or objects.
+
+Waiting for the first of several things (``waiting.py``), the operator-wide gates
+(``gates.py``), a small HTTP server (``httpserver.py``) and the metrics served on it
+(``metrics.py``), observing a whole resource (``observing.py``) and discovering the served
+resources (``discovering.py``). The bottom of ``_runtime``: it imports none of the other parts.
+"""
