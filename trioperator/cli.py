@@ -54,6 +54,7 @@ from trioperator._runtime.program.freezing import PeeringCommandError, Touched, 
 from trioperator._runtime.program.loading import OperatorCodeError, load_operator_code
 from trioperator._runtime.program.logsetup import CHATTY_LOGGERS, configure
 from trioperator._runtime.program.operator import Operator, check_endpoints
+from trioperator._runtime.program.options import OperatorOptions
 from trioperator._util.endpoints import parse_endpoint
 from trioperator._version import __version__
 
@@ -226,7 +227,7 @@ def run(
         settings.sharding.enabled = shards == "auto"
     if shard_ring is not None:
         settings.sharding.ring = shard_ring
-    operator = Operator(
+    options = OperatorOptions(
         registry=registry,
         settings=settings,
         vault=controls.vault,
@@ -243,7 +244,7 @@ def run(
         identity=id,
     )
     _tune_gc()
-    trio.run(_run_operator, operator, controls.started)
+    trio.run(_run_operator, Operator.from_options(options), controls.started)
     return 0
 
 

@@ -22,6 +22,7 @@ still working.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -43,6 +44,7 @@ from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.handling.loggers import object_prefix
 from trioperator._runtime.program.loading import load_operator_code
 from trioperator._runtime.program.operator import Operator
+from trioperator._runtime.program.options import OperatorOptions
 from trioperator.testing.cluster import ClusterObjects
 from trioperator.testing.controlplane import CRDSource, RealControlPlane, load_crds
 from trioperator.testing.fakeapi import FakeAPI
@@ -286,16 +288,23 @@ class OperatorHarness:
         """
         self.registry = registry if registry is not None else get_default_registry()
         self.settings = settings if settings is not None else OperatorSettings()
-        self.memo = memo
-        self.namespaces = tuple(namespaces)
-        self.clusterwide = not self.namespaces if clusterwide is None else clusterwide
+        namespaces = tuple(namespaces)
+        self.options = OperatorOptions(
+            registry=self.registry,
+            settings=self.settings,
+            memo=memo,
+            namespaces=namespaces,
+            clusterwide=not namespaces if clusterwide is None else clusterwide,
+            handle_signals=False,
+            metrics_endpoint=metrics_endpoint,
+        )
+        """What the operator under test runs with (its credentials are added as it starts)."""
         self.reraise = reraise
         self.ready_timeout = ready_timeout
         self.stop_timeout = stop_timeout
         self.wait_timeout = wait_timeout
         self.poll_interval = poll_interval
         self.log_level = log_level
-        self.metrics_endpoint = metrics_endpoint
         self.logs = CapturedLogs()
         """What the operator logged (the ``trioperator`` loggers), live."""
         self.exception: Exception | None = None
@@ -358,9 +367,10 @@ class OperatorHarness:
     @property
     def metrics_url(self) -> str:
         """The URL of the metrics endpoint as served (with the port it is bound to)."""
-        if self.metrics_endpoint is None or self.operator.metrics_port is None:
+        endpoint = self.options.metrics_endpoint
+        if endpoint is None or self.operator.metrics_port is None:
             raise RuntimeError("The metrics are served only with metrics_endpoint=..., once ready.")
-        parts = urllib.parse.urlsplit(self.metrics_endpoint)
+        parts = urllib.parse.urlsplit(endpoint)
         host = parts.hostname or "127.0.0.1"
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
@@ -388,16 +398,8 @@ class OperatorHarness:
             else:
                 info = await self._enter_fake_api(stack)
             stack.enter_context(_capturing(self.logs, self.log_level))
-            self._operator = Operator(
-                registry=self.registry,
-                settings=self.settings,
-                memo=self.memo,
-                vault=Vault({"fake-api" if self._server is None else "real-server": info}),
-                namespaces=self.namespaces,
-                clusterwide=self.clusterwide,
-                handle_signals=False,
-                metrics_endpoint=self.metrics_endpoint,
-            )
+            vault = Vault({"fake-api" if self._server is None else "real-server": info})
+            self._operator = Operator.from_options(dataclasses.replace(self.options, vault=vault))
             self._nursery = await stack.enter_async_context(trio.open_nursery())
             self._nursery.start_soon(self._main, name="operator under test")
             await self._poll(

@@ -38,6 +38,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.handling.asyncio_bridge import HostLoop, in_asyncio, use_host_loop
 from trioperator._runtime.program.operator import Operator
+from trioperator._runtime.program.options import OperatorOptions
 
 if TYPE_CHECKING:
     # Not at run time: a trio program (the CLI's ``run`` included) never imports asyncio for
@@ -100,32 +101,26 @@ async def spawn_tasks(
     operator is done and the others can be cancelled). The options are those of
     :func:`operator`. Awaitable from trio and from asyncio.
     """
-    op = Operator(
-        registry=registry,
-        settings=settings,
-        memo=memo,
-        vault=vault,
-        namespaces=namespaces,
-        clusterwide=clusterwide,
-        standalone=standalone,
-        priority=priority,
-        peering_name=peering_name,
-        identity=identity,
-        liveness_endpoint=liveness_endpoint,
-        metrics_endpoint=metrics_endpoint,
-        handle_signals=handle_signals,
-        async_flavor=async_flavor,
+    return _spawn(
+        OperatorOptions(
+            registry=registry,
+            settings=settings,
+            memo=memo,
+            vault=vault,
+            namespaces=namespaces,
+            clusterwide=clusterwide,
+            standalone=standalone,
+            priority=priority,
+            peering_name=peering_name,
+            identity=identity,
+            liveness_endpoint=liveness_endpoint,
+            metrics_endpoint=metrics_endpoint,
+            handle_signals=handle_signals,
+            async_flavor=async_flavor,
+        ),
+        ready_flag,
+        stop_flag,
     )
-    tasks = [OperatorTask("operator", op.main, op)]
-    if isinstance(ready_flag, trio.Event):
-        op.ready_flag = ready_flag
-    elif ready_flag is not None:
-        tasks.append(OperatorTask("ready flag", lambda: _raise_when_ready(op, ready_flag), op))
-    if isinstance(stop_flag, trio.Event):
-        op.stop_flag = stop_flag
-    elif stop_flag is not None:
-        tasks.append(OperatorTask("stop flag", lambda: _stop_when_raised(op, stop_flag), op))
-    return tasks
 
 
 async def run_tasks(
@@ -181,23 +176,25 @@ async def operator(
     ``"asyncio"``) sets ``settings.execution.async_flavor``, as ``--async-flavor`` does. See
     the module's docstring for asyncio programs.
     """
-    tasks = await spawn_tasks(
-        registry=registry,
-        settings=settings,
-        memo=memo,
-        vault=vault,
-        namespaces=namespaces,
-        clusterwide=clusterwide,
-        ready_flag=ready_flag,
-        stop_flag=stop_flag,
-        standalone=standalone,
-        priority=priority,
-        peering_name=peering_name,
-        identity=identity,
-        liveness_endpoint=liveness_endpoint,
-        metrics_endpoint=metrics_endpoint,
-        handle_signals=handle_signals,
-        async_flavor=async_flavor,
+    tasks = _spawn(
+        OperatorOptions(
+            registry=registry,
+            settings=settings,
+            memo=memo,
+            vault=vault,
+            namespaces=namespaces,
+            clusterwide=clusterwide,
+            standalone=standalone,
+            priority=priority,
+            peering_name=peering_name,
+            identity=identity,
+            liveness_endpoint=liveness_endpoint,
+            metrics_endpoint=metrics_endpoint,
+            handle_signals=handle_signals,
+            async_flavor=async_flavor,
+        ),
+        ready_flag,
+        stop_flag,
     )
     if len(tasks) == 1 and not in_asyncio():
         await tasks[0]()  # the plain case: no nursery, the operator's own errors as they are
@@ -226,23 +223,43 @@ def run(
 
     The options are those of :func:`operator`.
     """
-    op = Operator(
-        registry=registry,
-        settings=settings,
-        memo=memo,
-        vault=vault,
-        namespaces=namespaces,
-        clusterwide=clusterwide,
-        handle_signals=handle_signals,
-        standalone=standalone,
-        priority=priority,
-        peering_name=peering_name,
-        identity=identity,
-        liveness_endpoint=liveness_endpoint,
-        metrics_endpoint=metrics_endpoint,
-        async_flavor=async_flavor,
+    trio.run(
+        Operator.from_options(
+            OperatorOptions(
+                registry=registry,
+                settings=settings,
+                memo=memo,
+                vault=vault,
+                namespaces=namespaces,
+                clusterwide=clusterwide,
+                standalone=standalone,
+                priority=priority,
+                peering_name=peering_name,
+                identity=identity,
+                liveness_endpoint=liveness_endpoint,
+                metrics_endpoint=metrics_endpoint,
+                handle_signals=handle_signals,
+                async_flavor=async_flavor,
+            )
+        ).main
     )
-    trio.run(op.main)
+
+
+def _spawn(
+    options: OperatorOptions, ready_flag: Flag | None, stop_flag: Flag | None
+) -> list[OperatorTask]:
+    """The root task functions of the operator of ``options`` (see :func:`spawn_tasks`)."""
+    op = Operator.from_options(options)
+    tasks = [OperatorTask("operator", op.main, op)]
+    if isinstance(ready_flag, trio.Event):
+        op.ready_flag = ready_flag
+    elif ready_flag is not None:
+        tasks.append(OperatorTask("ready flag", lambda: _raise_when_ready(op, ready_flag), op))
+    if isinstance(stop_flag, trio.Event):
+        op.stop_flag = stop_flag
+    elif stop_flag is not None:
+        tasks.append(OperatorTask("stop flag", lambda: _stop_when_raised(op, stop_flag), op))
+    return tasks
 
 
 # ------------------------------------------------------------------------------------ flags

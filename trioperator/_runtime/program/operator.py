@@ -96,6 +96,7 @@ from trioperator._runtime.handling.posting import (
 )
 from trioperator._runtime.pipeline.contexts import OperatorContext
 from trioperator._runtime.program.activities import run_activity
+from trioperator._runtime.program.options import OperatorOptions
 from trioperator._runtime.program.orchestration import Orchestration, run_orchestrator
 from trioperator._runtime.program.probing import serve_liveness
 from trioperator._runtime.support.httpserver import Handler, Request, Response
@@ -135,39 +136,71 @@ class Operator:
         identity: str | None = None,
         async_flavor: FlavorSetting | None = None,
     ) -> None:
-        self.registry = registry if registry is not None else get_default_registry()
-        self.settings = settings if settings is not None else OperatorSettings()
-        self.memo = memo if memo is not None else Memo()
-        self.vault = vault if vault is not None else Vault()
-        self.namespaces = tuple(namespaces)
-        self.clusterwide = clusterwide or not self.namespaces
+        """The options are those of :class:`OperatorOptions` (see :meth:`from_options`)."""
+        self._configure(
+            OperatorOptions(
+                registry=registry,
+                settings=settings,
+                memo=memo,
+                vault=vault,
+                namespaces=namespaces,
+                clusterwide=clusterwide,
+                handle_signals=handle_signals,
+                liveness_endpoint=liveness_endpoint,
+                metrics_endpoint=metrics_endpoint,
+                standalone=standalone,
+                priority=priority,
+                peering_name=peering_name,
+                identity=identity,
+                async_flavor=async_flavor,
+            )
+        )
+
+    @classmethod
+    def from_options(cls, options: OperatorOptions) -> Operator:
+        """The operator of these options: how the CLI, ``run()``/``operator()`` and the test
+        kit make one, from the one record they built."""
+        operator = cls.__new__(cls)
+        operator._configure(options)
+        return operator
+
+    def _configure(self, options: OperatorOptions) -> None:
+        self.options = options
+        """What this operator was made with (the defaults are filled in below, not there)."""
+        self.registry = options.registry if options.registry is not None else get_default_registry()
+        self.settings = options.settings if options.settings is not None else OperatorSettings()
+        self.memo = options.memo if options.memo is not None else Memo()
+        self.vault = options.vault if options.vault is not None else Vault()
+        self.namespaces = tuple(options.namespaces)
+        self.clusterwide = options.clusterwide or not self.namespaces
         # As in Kopf: into the settings before the startup handlers, which may change them. A
         # peering named explicitly is mandatory (paused until it exists); "default" is optional.
         peering = self.settings.peering
         peering.clusterwide = self.clusterwide
-        if peering_name is not None:
-            peering.name = peering_name
+        if options.peering_name is not None:
+            peering.name = options.peering_name
             peering.mandatory = True
-        if standalone is not None:
-            peering.standalone = standalone
-        if priority is not None:
-            peering.priority = priority
-        if async_flavor is not None:
-            self.settings.execution.async_flavor = async_flavor  # validated there
-        self.identity = identity if identity is not None else detect_own_id()
+        if options.standalone is not None:
+            peering.standalone = options.standalone
+        if options.priority is not None:
+            peering.priority = options.priority
+        if options.async_flavor is not None:
+            self.settings.execution.async_flavor = options.async_flavor  # validated there
+        self.identity = options.identity if options.identity is not None else detect_own_id()
         """This operator's key in the peering objects (``POD_ID``, else user@host/time/xyz)."""
-        self.handle_signals = handle_signals
-        self.liveness_endpoint = liveness_endpoint
+        self.handle_signals = options.handle_signals
+        self.liveness_endpoint = options.liveness_endpoint
         """``http://host:port/path`` to serve the liveness probe on; ``None``: not served."""
         self.watchers_health: dict[str, WatchHealth] = {}
         """The health signals of the running watchers, by name, for the liveness probe."""
         self.liveness_port: int | None = None
         """The port the liveness endpoint is bound to (e.g. when asked for port 0)."""
-        self.metrics_endpoint = metrics_endpoint
+        self.metrics_endpoint = options.metrics_endpoint
         """``http://host:port/path`` to serve the metrics on; ``None``: not served (they are
         collected anyway: ``metrics.render()``). The liveness endpoint's host and port (not
         port 0) serve both on one server."""
-        check_endpoints(liveness_endpoint, metrics_endpoint)  # refused now, not when serving
+        # Refused now, not when serving.
+        check_endpoints(options.liveness_endpoint, options.metrics_endpoint)
         self.metrics_port: int | None = None
         """The port the metrics endpoint is bound to (e.g. when asked for port 0)."""
         self.metrics = OperatorMetrics()
