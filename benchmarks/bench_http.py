@@ -8,7 +8,7 @@ noisy machine it is far steadier than throughput. Variants:
 
 - ``httpx2``: httpx2's AsyncClient under trio as ``trioperator/_client/http.py`` configured it
   before #6 (a 32-connection pool, a trio semaphore in front);
-- ``h11``: the client of ``trioperator/_client/h11_transport.py`` (trio streams, h11 writing
+- ``h11``: the client of ``trioperator/_client/transport/`` (trio streams, h11 writing
   the requests, httptools parsing the responses, a LIFO keep-alive pool), the same semaphore
   in front;
 - ``httpx2-h2``: httpx2 over HTTP/2 (needs the ``h2`` package; skipped without it);
@@ -69,8 +69,9 @@ sys.path.insert(0, str(HERE.parent))
 
 from kubeconf import Cluster, collection_path, load_cluster, make_object, object_path  # noqa: E402
 from trioperator._client.credentials import ConnectionInfo  # noqa: E402
-from trioperator._client.h11_transport import Origin, TransportPool  # noqa: E402
 from trioperator._client.http import HTTPSession  # noqa: E402
+from trioperator._client.transport.origins import Origin  # noqa: E402
+from trioperator._client.transport.pool import TransportPool  # noqa: E402
 from trioperator._wire.watch import LineSplitter  # noqa: E402
 
 CRD_NAME = "benchobjects.bench.trioperator.dev"

@@ -72,7 +72,8 @@ def _name_of(path: str) -> tuple[str, str]:
 
 
 def _patch_trioperator() -> None:
-    from trioperator._client import h11_transport, http
+    from trioperator._client import http
+    from trioperator._client.transport import pool
     from trioperator._runtime.objects import mailboxes
 
     put = mailboxes.Mailbox.put
@@ -104,14 +105,14 @@ def _patch_trioperator() -> None:
     mailboxes.Backlog.wait_for_room = traced_wait_for_room  # type: ignore[method-assign]
 
     granted: contextvars.ContextVar[float | None] = contextvars.ContextVar("granted", default=None)
-    pool_request = h11_transport.TransportPool.request
+    pool_request = pool.TransportPool.request
 
     @functools.wraps(pool_request)
     async def traced_pool_request(self: Any, method: str, *args: Any, **kwargs: Any) -> Any:
         granted.set(time.monotonic())
         return await pool_request(self, method, *args, **kwargs)
 
-    h11_transport.TransportPool.request = traced_pool_request  # type: ignore[method-assign]
+    pool.TransportPool.request = traced_pool_request  # type: ignore[method-assign]
 
     session_request = http.HTTPSession.request
 

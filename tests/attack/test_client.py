@@ -35,9 +35,9 @@ from trio.testing import MockClock
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIRedirectError, APIResponseTooLargeError
-from trioperator._client.h11_transport import MAX_HEAD_BYTES, MAX_HEADERS
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings, WatchingSettings
+from trioperator._client.transport.responses import MAX_HEAD_BYTES, MAX_HEADERS
 from trioperator._client.watching import LISTED, Listed, WatchItem, stream_events
 
 CAP = 1024 * 1024
@@ -368,9 +368,9 @@ async def test_a_compressed_watch_line_past_the_cap_ends_the_stream(
 
 
 def test_repeated_headers_are_joined_once_in_order() -> None:
-    from trioperator._client.h11_transport import _ResponseReader
+    from trioperator._client.transport.responses import ResponseReader
 
-    reader = _ResponseReader()
+    reader = ResponseReader()
     values = [f"v{i}" for i in range(MAX_HEADERS - 2)]
     wire = head(200, "Content-Length: 0", *[f"X-Many: {v}" for v in values], "x-many: last")
     # In pieces of 3 bytes: httptools hands on names and values as they come.

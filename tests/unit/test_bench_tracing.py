@@ -17,14 +17,15 @@ SCRIPT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import tracing
-from trioperator._client import h11_transport, http
+from trioperator._client import http
+from trioperator._client.transport import pool
 from trioperator._runtime.objects import mailboxes
 
 tracing.install("trioperator")
 wrapped = [
     mailboxes.Mailbox.put,
     mailboxes.Backlog.wait_for_room,
-    h11_transport.TransportPool.request,
+    pool.TransportPool.request,
     http.HTTPSession.request,
 ]
 assert all(hasattr(fn, "__wrapped__") for fn in wrapped), wrapped

@@ -14,7 +14,7 @@ Every request goes through one retry loop:
   backoff, or exactly the server's delay with ``enforce_retry_after``;
 * other 4xx errors escalate at once, and so do 3xx (redirects are never followed: see
   ``APIRedirectError``) and any other status outside 2xx;
-* responses are bounded (``max_response_size``, see ``h11_transport.py``), and one that breaks
+* responses are bounded (``max_response_size``, see ``transport/``), and one that breaks
   HTTP, exceeds a bound, or is not the JSON asked for is an ``APIProtocolError``, not retried:
   the same request would get the same answer.
 

@@ -1,16 +1,16 @@
-"""HTTP sessions to the API server: the one module that knows the HTTP library.
+"""HTTP sessions to the API server: the interface the rest of the package talks HTTP through.
 
-Everything above this module sees a small, library-independent interface:
+Everything above this module sees a small interface that names no HTTP library:
 :class:`HTTPSession` with :meth:`~HTTPSession.request` (a fully read :class:`HTTPResponse`) and
 :meth:`~HTTPSession.stream` (an :class:`HTTPStream` whose body is read as lines). Failures without
 an HTTP response come out as :class:`~trioperator._client.errors.APIConnectionError` (or
-:class:`~trioperator._client.errors.APITimeoutError`); no type of the HTTP library leaks out.
+:class:`~trioperator._client.errors.APITimeoutError`); no type of the transport leaks out.
 
-The implementation is the HTTP/1.1 client of :mod:`~trioperator._client.h11_transport`
-(trio streams, h11 writing requests, httptools parsing responses,
-:mod:`~trioperator._client.tls_stream` for TLS), for direct
-connections and through HTTP(S) proxies alike: for the small JSON requests of an operator it
-costs about a third of the CPU per request of httpx2 (``benchmarks/bench_http.py``).
+Below it, the HTTP/1.1 client of :mod:`~trioperator._client.transport` does the work (trio
+streams, h11 writing requests, httptools parsing responses, its own TLS stream), for direct
+connections and through HTTP(S) proxies alike; this module chooses the proxy, the credentials'
+headers and the limits, and is the transport's only user. Which modules may import h11 and
+httptools is an import-linter contract (pyproject.toml).
 
 Proxies: the kubeconfig's ``proxy-url``, or with ``trust_env`` the environment's
 ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` (read as Python's ``urllib`` does).
@@ -43,8 +43,9 @@ from trioperator._client.errors import (
     APIResponseTooLargeError,
     APITimeoutError,
 )
-from trioperator._client.h11_transport import Origin, Proxy, TransportPool
 from trioperator._client.tls import build_proxy_ssl_context, build_ssl_context
+from trioperator._client.transport.origins import Origin, Proxy
+from trioperator._client.transport.pool import TransportPool
 from trioperator._util.ordering import OrderedSlots, current_ticket
 from trioperator._version import __version__
 from trioperator._wire.watch import MAX_LINE_BYTES, LineSplitter, LineTooLongError

@@ -18,13 +18,13 @@ import pytest
 import trio
 import trustme
 from trio.testing import MockClock
-from trioperator._client import h11_transport
 from trioperator._client.api import APIClient
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._client.errors import APIConnectionError, APIProtocolError, APITimeoutError
-from trioperator._client.h11_transport import Origin, TransportPool
 from trioperator._client.http import HTTPSession
 from trioperator._client.settings import NetworkingSettings
+from trioperator._client.transport import requests
+from trioperator._client.transport.origins import Origin
 
 # A handler gets the connection's number and a request reader; it answers and returns True to
 # keep the connection for the next request, or False to close it.
@@ -693,10 +693,12 @@ async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(
 def test_requests_with_validated_headers_reused_are_h11s_bytes_exactly() -> None:
     # The second request of a set of headers reuses the first one's validated headers: the
     # bytes are still those h11 writes for the request from scratch.
-    pool = TransportPool(Origin("http", "kube.test", 8080), max_idle=1)
+    origin = Origin("http", "kube.test", 8080)
+    validated: requests.Validated = {}
     headers = {"User-Agent": "me", "Content-Type": "application/merge-patch+json"}
     for target, body in [("/a", b"{}"), ("/b?x=1", b"[]"), ("/c", None), ("/d", None)]:
-        sent = pool._serialize("PATCH" if body else "GET", target, headers, body)
+        method = "PATCH" if body else "GET"
+        sent = requests.serialize_request(origin, validated, method, target, headers, body)
         h = h11.Connection(h11.CLIENT)
         items = [("Host", "kube.test:8080"), *headers.items()]
         if body is not None:
@@ -707,9 +709,9 @@ def test_requests_with_validated_headers_reused_are_h11s_bytes_exactly() -> None
         expected += (h.send(h11.Data(data=body)) or b"") if body else b""
         expected += h.send(h11.EndOfMessage()) or b""
         assert sent == expected
-    assert len(pool._validated) == 2  # one set per (headers, body length)
+    assert len(validated) == 2  # one set per (headers, body length)
     with pytest.raises(h11.LocalProtocolError, match="Illegal target"):
-        pool._serialize("GET", "/with space", headers, None)  # validated each time
+        requests.serialize_request(origin, validated, "GET", "/with space", headers, None)
 
 
 @pytest.mark.parametrize(
@@ -728,8 +730,8 @@ def test_requests_are_written_as_an_h11_connection_writes_them(
     # The transport writes requests validated by h11 without a connection's state machine; the
     # bytes must be the ones a fresh h11 connection writes for the same request and body.
     request = h11.Request(method=method, target=target, headers=headers)
-    block = h11_transport._header_block(request)
-    assert h11_transport._write(request, body, block) == _written_by_a_connection(request, body)
+    block = requests.header_block(request)
+    assert requests.write_request(request, body, block) == _written_by_a_connection(request, body)
 
 
 def _written_by_a_connection(request: h11.Request, content: bytes | None) -> bytes:

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trustme
 from trio.testing import MockClock
-from trioperator._client.tls_stream import TLSStream
+from trioperator._client.transport.tls_stream import TLSStream
 
 Script = Callable[[trio.SSLStream[trio.SocketStream]], Awaitable[None]]
 

@@ -1,4 +1,4 @@
-"""TLS for the HTTP transport (:mod:`~trioperator._client.h11_transport`): :class:`TLSStream`.
+"""TLS for the HTTP transport (:mod:`~trioperator._client.transport`): :class:`TLSStream`.
 
 Contexts are built in :mod:`~trioperator._client.tls`; this module only moves bytes through them.
 """

@@ -1,0 +1,108 @@
+"""Where the connections go: the origin (the API server) and the proxy on the way, if any."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from urllib.parse import unquote, urlsplit
+
+__all__ = ["Origin", "Proxy"]
+
+
+class Proxy:
+    """An HTTP(S) proxy on the way to the origin.
+
+    ``https`` origins are reached through a tunnel (``CONNECT``), with TLS to the origin inside
+    it; ``http`` origins get their requests in absolute form, as HTTP proxies expect. The
+    credentials of the proxy URL are sent as ``Proxy-Authorization`` (Basic) and never shown:
+    ``url`` holds the proxy's address only.
+    """
+
+    __slots__ = ("authorization", "host", "port", "ssl_context", "tls", "url")
+
+    def __init__(self, url: str, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise ValueError(
+                f"unsupported proxy URL scheme {scheme!r}: only http:// and https:// proxies"
+            )
+        self.tls = scheme == "https"
+        host = parts.hostname
+        if not host:
+            raise ValueError("the proxy URL has no host")
+        self.host = host
+        self.port = parts.port or (443 if self.tls else 80)  # a bad port raises ValueError
+        self.ssl_context = ssl_context if ssl_context is not None else default_context(self.tls)
+        bracketed = f"[{host}]" if ":" in host else host
+        self.url = f"{scheme}://{bracketed}:{self.port}"
+        self.authorization: str | None = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            self.authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+def default_context(tls: bool) -> ssl.SSLContext | None:
+    # A TLS proxy is verified against the system's trust store, as any HTTPS server is.
+    return ssl.create_default_context() if tls else None
+
+
+class Origin:
+    """Where the connections go: scheme, host, port, TLS settings and a path prefix.
+
+    ``server_name`` is the TLS name to send (SNI) and to verify; by default the host.
+    ``proxy``, if any, is where the connections go instead, to reach the origin through it.
+    """
+
+    __slots__ = (
+        "authority",
+        "host",
+        "host_header",
+        "port",
+        "prefix",
+        "proxy",
+        "server_name",
+        "ssl_context",
+        "target_base",
+        "tls",
+        "tls_session",
+    )
+
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int | None,
+        *,
+        prefix: str = "",
+        ssl_context: ssl.SSLContext | None = None,
+        server_name: str | None = None,
+        proxy: Proxy | None = None,
+    ) -> None:
+        if scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {scheme!r}: only http and https")
+        if not host:
+            raise ValueError("the server URL has no host")
+        self.tls = scheme == "https"
+        if self.tls and ssl_context is None:
+            raise ValueError("an https origin needs a TLS context")
+        self.ssl_context = ssl_context
+        self.host = host
+        default_port = 443 if self.tls else 80
+        self.port = default_port if port is None else port
+        bracketed = f"[{host}]" if ":" in host else host
+        self.host_header = bracketed if self.port == default_port else f"{bracketed}:{self.port}"
+        self.authority = f"{bracketed}:{self.port}"  # for CONNECT: always with the port
+        self.server_name = server_name or host
+        self.prefix = prefix.rstrip("/")
+        self.proxy = proxy
+        # What goes before the path in the request line: an HTTP proxy needs the whole URL.
+        forwarded = proxy is not None and not self.tls
+        self.target_base = f"http://{self.host_header}{self.prefix}" if forwarded else self.prefix
+        # The server's latest TLS session ticket, offered by every new direct connection (both
+        # pools share the origin): a resumed handshake skips the certificates and their
+        # signatures. It is the server that saves most (its CPU per new connection drops to
+        # about a third; figures: benchmarks/README.md). A pool grows by dozens of
+        # connections in a burst, and each watch reconnects now and then. A ticket the server
+        # no longer takes only costs the full handshake it would have been anyway.
+        self.tls_session: ssl.SSLSession | None = None
