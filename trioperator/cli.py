@@ -188,6 +188,60 @@ def run(
         Sets settings.sharding.ring.
     """
     namespaces = _namespaces(namespace, all_namespaces=all_namespaces)
+    _check_run_options(
+        standalone=standalone,
+        peering=peering,
+        shards=shards,
+        shard_ring=shard_ring,
+        id=id,
+        liveness=liveness,
+        metrics=metrics,
+    )
+    configure(
+        verbose=verbose,
+        debug=debug,
+        quiet=quiet,
+        log_format=log_format,
+        log_prefix=log_prefix,
+        log_refkey=log_refkey,
+    )
+    controls = _CONTROLS.get() or CLIControls()
+    registry = controls.registry if controls.registry is not None else get_default_registry()
+    # The decorators of the loaded code register into the default registry: while loading,
+    # that is the registry to serve (load() sees to it).
+    load(paths or [], module or [], registry=registry)
+    options = OperatorOptions(
+        registry=registry,
+        settings=_run_settings(controls, shards=shards, shard_ring=shard_ring),
+        vault=controls.vault,
+        namespaces=namespaces,
+        clusterwide=not namespaces,
+        handle_signals=controls.handle_signals,
+        liveness_endpoint=liveness,
+        metrics_endpoint=metrics,
+        standalone=True if standalone else None,
+        # As in Kopf, --dev wins over --priority.
+        priority=DEV_PRIORITY if dev else priority,
+        peering_name=peering,
+        async_flavor=async_flavor,
+        identity=id,
+    )
+    _tune_gc()
+    trio.run(_run_operator, Operator.from_options(options), controls.started)
+    return 0
+
+
+def _check_run_options(
+    *,
+    standalone: bool,
+    peering: str | None,
+    shards: Literal["auto", "off"] | None,
+    shard_ring: str | None,
+    id: str | None,
+    liveness: str | None,
+    metrics: str | None,
+) -> None:
+    """Refuse options that cannot work together (``UsageError``), before anything is loaded."""
     if standalone and peering is not None:
         # Kopf accepts this and then pauses forever (a mandatory peering it never looks for).
         raise UsageError("Either --standalone or --peering, not both.")
@@ -209,43 +263,18 @@ def run(
             check_endpoints(liveness, metrics)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    configure(
-        verbose=verbose,
-        debug=debug,
-        quiet=quiet,
-        log_format=log_format,
-        log_prefix=log_prefix,
-        log_refkey=log_refkey,
-    )
-    controls = _CONTROLS.get() or CLIControls()
-    registry = controls.registry if controls.registry is not None else get_default_registry()
-    # The decorators of the loaded code register into the default registry: while loading,
-    # that is the registry to serve (load() sees to it).
-    load(paths or [], module or [], registry=registry)
+
+
+def _run_settings(
+    controls: CLIControls, *, shards: Literal["auto", "off"] | None, shard_ring: str | None
+) -> OperatorSettings:
+    """The operator's settings: the runner's, or new ones; the sharding options written in."""
     settings = controls.settings if controls.settings is not None else OperatorSettings()
     if shards is not None:
         settings.sharding.enabled = shards == "auto"
     if shard_ring is not None:
         settings.sharding.ring = shard_ring
-    options = OperatorOptions(
-        registry=registry,
-        settings=settings,
-        vault=controls.vault,
-        namespaces=namespaces,
-        clusterwide=not namespaces,
-        handle_signals=controls.handle_signals,
-        liveness_endpoint=liveness,
-        metrics_endpoint=metrics,
-        standalone=True if standalone else None,
-        # As in Kopf, --dev wins over --priority.
-        priority=DEV_PRIORITY if dev else priority,
-        peering_name=peering,
-        async_flavor=async_flavor,
-        identity=id,
-    )
-    _tune_gc()
-    trio.run(_run_operator, Operator.from_options(options), controls.started)
-    return 0
+    return settings
 
 
 GC_THRESHOLDS = (10_000, 50, 10)
@@ -257,7 +286,8 @@ def _tune_gc() -> None:
 
     Each watch event and each handled object allocates a few dozen containers that mostly die
     by reference counting, while a few (the objects' bodies, memories, tasks) live on: with
-    Python's default thresholds, a burst of objects spends ~10% of its CPU in collections,
+    Python's default thresholds, a burst of objects spends a good share of its CPU in collections
+    (figures: benchmarks/README.md),
     most of it re-scanning the same survivors and, in full collections, every module, class
     and function imported so far. Frozen, those imports are never scanned again (they are
     still freed as usual when unreferenced); larger young generations let more of the

@@ -19,7 +19,9 @@ come last, guarded by the resourceVersion; adding or removing a finalizer again 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from trioperator._client.api import APIClient
 from trioperator._client.errors import APINotFoundError, APIUnprocessableEntityError
@@ -32,6 +34,9 @@ from trioperator._engine.patches import (
     split_json_patch_status,
     split_status,
 )
+
+Payload: TypeAlias = Mapping[str, Any] | list[dict[str, Any]]
+"""A merge-patch (a mapping) or a JSON-patch (a list of operations)."""
 
 
 @dataclass
@@ -71,74 +76,49 @@ async def apply_patch(
     name = metadata["name"]
     freshest = body
     written: list[RawBody] = []  # the API's answers to our writes, in order
-    if "status" in resource.subresources:
+    has_status = "status" in resource.subresources
+    if has_status:
         body_patch, status_patch = split_status(patch)
     else:
         body_patch, status_patch = dict(patch), {}
     # The patches' reprs are built only when they are shown (they cost as much as the JSON).
     debug = logger.isEnabledFor(logging.DEBUG)
+
+    async def write(payload: Payload, *, status: bool, json_patch: bool = False) -> None:
+        """One write of the four below: the status or the body, merge- or JSON-patch."""
+        nonlocal freshest
+        if debug:
+            part = " the status" if status else ""
+            kind = " JSON-patch" if json_patch else ""
+            logger.debug(f"Patching{part} with{kind}: {payload!r}")
+        freshest = await api.patch(
+            resource,
+            namespace=namespace,
+            name=name,
+            payload=payload,
+            json_patch=json_patch,
+            subresource="status" if status else None,
+            echo_after=_version(freshest),
+            logger=logger,
+        )
+        written.append(freshest)
+
     try:
         if status_patch:
-            if debug:
-                logger.debug(f"Patching the status with: {status_patch!r}")
-            freshest = await api.patch(
-                resource,
-                namespace=namespace,
-                name=name,
-                payload=status_patch,
-                subresource="status",
-                echo_after=_version(freshest),
-                logger=logger,
-            )
-            written.append(freshest)
+            await write(status_patch, status=True)
         if body_patch:
-            if debug:
-                logger.debug(f"Patching with: {body_patch!r}")
-            freshest = await api.patch(
-                resource,
-                namespace=namespace,
-                name=name,
-                payload=body_patch,
-                echo_after=_version(freshest),
-                logger=logger,
-            )
-            written.append(freshest)
+            await write(body_patch, status=False)
         if patch.fns:
             ops = build_json_patch(freshest, patch.fns, resource_version=_version(freshest))
-            main_ops, status_ops = (
-                split_json_patch_status(ops) if "status" in resource.subresources else (ops, [])
-            )
+            main_ops, status_ops = split_json_patch_status(ops) if has_status else (ops, [])
             try:
                 if status_ops:
-                    if debug:
-                        logger.debug(f"Patching the status with JSON-patch: {status_ops!r}")
-                    freshest = await api.patch(
-                        resource,
-                        namespace=namespace,
-                        name=name,
-                        payload=status_ops,
-                        json_patch=True,
-                        subresource="status",
-                        echo_after=_version(freshest),
-                        logger=logger,
-                    )
-                    written.append(freshest)
+                    await write(status_ops, status=True, json_patch=True)
                 if main_ops:
                     if status_ops and main_ops[0].get("op") == "test":
                         # The first part changed the version: guard against later changes only.
                         main_ops[0] = {**main_ops[0], "value": _version(freshest)}
-                    if debug:
-                        logger.debug(f"Patching with JSON-patch: {main_ops!r}")
-                    freshest = await api.patch(
-                        resource,
-                        namespace=namespace,
-                        name=name,
-                        payload=main_ops,
-                        json_patch=True,
-                        echo_after=_version(freshest),
-                        logger=logger,
-                    )
-                    written.append(freshest)
+                    await write(main_ops, status=False, json_patch=True)
             except APIUnprocessableEntityError as exc:
                 logger.debug(
                     f"JSON-patch was rejected ({exc}); the changes will be retried next time."

@@ -27,6 +27,12 @@ waits for it to return, unless ``abandon_on_cancel``, when the caller leaves at 
 thread's token is given back when it ends. What differs: the thread is not known to
 ``trio.from_thread`` as the caller's; to call into trio from it, pass ``trio_token=`` (a
 ``trio.lowlevel.current_trio_token()`` taken in the trio thread).
+
+One way for each kind of call: user code (handlers and every other user function, through
+``invocation.invoke``) goes through here, per event and under the operator's limiter; the
+framework's own blocking calls, which are rare and not per event (certificates and CAs, the
+fallback logins, decoding an admission review), use ``trio.to_thread.run_sync`` as it is,
+keeping trio's thread names and ``trio.from_thread``.
 """
 
 from __future__ import annotations
