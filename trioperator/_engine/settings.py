@@ -58,19 +58,43 @@ class PostingSettings:
     """The minimal level of what is posted."""
 
     reporting_component: str = "kopf"
+    """The ``reportingComponent`` (and ``source.component``) of the posted events."""
+
     reporting_instance: str = "dev"
+    """The ``reportingInstance`` of the posted events."""
+
     event_name_prefix: str = "kopf-event-"
+    """The ``generateName`` of the posted events: the server appends a random suffix."""
 
 
 @dataclasses.dataclass
 class PeeringSettings:
+    """Pausing while an operator with a higher priority serves the same objects (Kopf's
+    peering: ``KopfPeering``/``ClusterKopfPeering`` objects, see ``manifests/peering.yaml``)."""
+
     name: str = "default"
+    """The peering object's name (``--peering``)."""
+
     stealth: bool = False
+    """Keep the successful keep-alives out of the debug log."""
+
     priority: int = 0
+    """This operator's priority among its peers (``--priority``): it pauses while a live peer
+    with a higher one exists; peers with equal priorities all pause, with a warning."""
+
     lifetime: int = 60
+    """Seconds this operator's peer record stays valid; it is renewed 5 to 10 seconds before."""
+
     mandatory: bool = False
+    """The peering object must exist: the operator stays paused until it does (set by
+    ``--peering``). Otherwise a missing ``default`` peering means no peering."""
+
     standalone: bool = False
+    """No peering at all: no keep-alives, never paused by a peer (``--standalone``)."""
+
     clusterwide: bool = False
+    """Peer through a ``ClusterKopfPeering`` rather than a ``KopfPeering`` in each served
+    namespace (set from the command line: true when serving the whole cluster)."""
 
     @property
     def namespaced(self) -> bool:
@@ -89,6 +113,8 @@ class ShardingSettings:
     """
 
     enabled: bool = False
+    """Share the objects with the other live replicas of the ring (``--shards auto``)."""
+
     ring: str = "default"
     """The ring's name: replicas with the same name (and namespace) share the objects."""
     namespace: str | None = None
@@ -284,8 +310,16 @@ def _default_diffbase_storage() -> DiffBaseStorage:
 @dataclasses.dataclass
 class PersistenceSettings:
     finalizer: str = "kopf.zalando.org/KopfFinalizerMarker"
+    """The finalizer put on objects with deletion handlers (Kopf's, so both frameworks
+    recognise it)."""
+
     progress_storage: ProgressStorage = dataclasses.field(default_factory=_default_progress_storage)
+    """Where the handlers' progress (retries, results of finished handlers) is kept: by default
+    in annotations, and read from ``status.kopf.progress`` too (Kopf's "smart" storage)."""
+
     diffbase_storage: DiffBaseStorage = dataclasses.field(default_factory=_default_diffbase_storage)
+    """Where the last handled state (the base of the next diff) is kept: by default the
+    ``kopf.zalando.org/last-handled-configuration`` annotation."""
     consistency_timeout: float = 5.0
     """How long to wait for our own patch to come back on the stream; 0 disables the wait."""
 
