@@ -33,6 +33,15 @@ class Group:
     settings: tuple[Setting, ...]
 
 
+def class_docstring(cls: type[Any]) -> str:
+    """The docstring written in the class's source (not the signature that ``dataclass``
+    puts into ``__doc__`` when there is none)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    node = tree.body[0]
+    assert isinstance(node, ast.ClassDef)
+    return ast.get_docstring(node) or ""
+
+
 def attribute_docstrings(cls: type[Any]) -> dict[str, str]:
     """The string literal right after each annotated attribute in the class's source (the
     convention that griffe, Sphinx and PEP 257's "attribute docstrings" read)."""
@@ -79,13 +88,20 @@ def settings_groups() -> list[Group]:
             for field in dataclasses.fields(cls)
             if not field.name.startswith("_")
         )
-        groups.append(Group(group_field.name, cls, inspect.cleandoc(cls.__doc__ or ""), settings))
+        groups.append(Group(group_field.name, cls, class_docstring(cls), settings))
     return groups
 
 
 def _cell(text: str) -> str:
-    """Markdown for one table cell: one line, pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """Markdown for one table cell: one line, its pipes escaped except in code spans (where
+    the tables extension ignores them, and a backslash would show)."""
+    parts = " ".join(text.split()).split("`")
+    return "`".join(part if i % 2 else part.replace("|", "\\|") for i, part in enumerate(parts))
+
+
+def _code(text: str) -> str:
+    """A code span in a table cell, on one line."""
+    return f"`{' '.join(text.split())}`"
 
 
 def settings_page() -> str:
@@ -119,7 +135,7 @@ def settings_page() -> str:
         for s in group.settings:
             name = s.path.rsplit(".", 1)[1]
             lines.append(
-                f"| `{name}` | `{_cell(s.type)}` | `{_cell(s.default)}` | {_cell(s.description)} |"
+                f"| `{name}` | {_code(s.type)} | {_code(s.default)} | {_cell(s.description)} |"
             )
         lines.append("")
     return "\n".join(lines)
@@ -222,10 +238,10 @@ def cli_page() -> str:
         lines += ["|---|---|---|---|---|"]
         for o in command.options:
             names = ", ".join(f"`{n}`" for n in o.names)
-            default = f"`{_cell(o.default)}`" if o.default else ""
+            default = _code(o.default) if o.default else ""
             env = f"`{o.env}`" if o.env else ""
             lines.append(
-                f"| {names} | `{_cell(o.type)}` | {default} | {env} | {_cell(o.description)} |"
+                f"| {names} | {_code(o.type)} | {default} | {env} | {_cell(o.description)} |"
             )
         lines.append("")
     return "\n".join(lines)

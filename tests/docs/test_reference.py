@@ -39,6 +39,11 @@ def test_every_settings_group_is_in_the_reference() -> None:
     assert "networking" in groups
 
 
+def test_every_settings_group_has_a_description() -> None:
+    undescribed = [group.name for group in reference.settings_groups() if not group.description]
+    assert undescribed == [], "Write a docstring for these groups' classes: " + repr(undescribed)
+
+
 def test_every_setting_has_a_description() -> None:
     undescribed = [
         setting.path
@@ -61,7 +66,7 @@ def test_the_settings_page_shows_the_code_defaults() -> None:
             value = getattr(getattr(defaults, group.name), name)
             if isinstance(value, int | float | str | bool | type(None)):
                 # The row of this setting shows its type and the value a new settings has.
-                row = f"| `{name}` | `{reference._cell(setting.type)}` | `{value!r}` |"
+                row = f"| `{name}` | `{setting.type}` | `{value!r}` |"
                 assert row in page, setting.path
 
 

@@ -42,12 +42,16 @@ def _is_positive_integer(value: object) -> TypeGuard[int]:
 
 @dataclasses.dataclass
 class ProcessSettings:
+    """The operator process as a whole."""
+
     ultimate_exiting_timeout: float | None = 10 * 60
     """After a stop is requested, the process is forcibly ended if it has not exited by then."""
 
 
 @dataclasses.dataclass
 class PostingSettings:
+    """Kubernetes Events about the handled objects."""
+
     enabled: bool = True
     """Post the explicitly requested k8s events (``trioperator.event/info/warn/exception``)."""
 
@@ -139,6 +143,8 @@ DEFAULT_ERROR_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89,
 
 @dataclasses.dataclass
 class QueueingSettings:
+    """The per-object workers that process a watcher's events."""
+
     worker_limit: int | None = None
     """At most this many per-object workers per watcher at once; ``None`` is unlimited."""
 
@@ -169,12 +175,17 @@ class QueueingSettings:
 
 @dataclasses.dataclass
 class ScanningSettings:
+    """Discovering resources and namespaces while the operator runs."""
+
     disabled: bool = False
     """Do not watch CRDs and namespaces at runtime; serve what exists at startup."""
 
 
 @dataclasses.dataclass
 class AdmissionSettings:
+    """Admission webhooks: the server that receives the reviews, and the webhook
+    configurations the operator keeps up to date."""
+
     server: Any = None
     """A webhook server or tunnel (``kopf.WebhookServer`` & co., or any callable that takes the
     operator's ``WebhookFn`` and returns an async iterator of client configs, as in Kopf);
@@ -261,6 +272,8 @@ _OPTIONAL_SERVING = _SERVING_TIMEOUTS | {"max_connections", "max_buffered"}
 
 @dataclasses.dataclass
 class ExecutionSettings:
+    """How handlers are run: retries, threads for sync handlers, async flavours."""
+
     default_backoff: float = 60
     """The retry delay after an arbitrary exception in a handler without its own ``backoff``."""
 
@@ -285,6 +298,8 @@ class ExecutionSettings:
 
 @dataclasses.dataclass
 class BackgroundSettings:
+    """Stopping daemons (``@kopf.on.daemon``)."""
+
     cancellation_polling: float = 60
     """How often a stopping daemon without a cancellation timeout is checked again."""
 
@@ -309,6 +324,9 @@ def _default_diffbase_storage() -> DiffBaseStorage:
 
 @dataclasses.dataclass
 class PersistenceSettings:
+    """The state trioperator keeps on the objects themselves (Kopf's, so that either
+    framework can continue where the other stopped)."""
+
     finalizer: str = "kopf.zalando.org/KopfFinalizerMarker"
     """The finalizer put on objects with deletion handlers (Kopf's, so both frameworks
     recognise it)."""
