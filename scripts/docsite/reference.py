@@ -238,7 +238,10 @@ def cli_page() -> str:
         lines += ["|---|---|---|---|---|"]
         for o in command.options:
             names = ", ".join(f"`{n}`" for n in o.names)
-            default = _code(o.default) if o.default else ""
+            if o.default:
+                default = _code(o.default)
+            else:  # an option without a default must be given; a positional may be left out
+                default = "*required*" if o.names[0].startswith("-") else ""
             env = f"`{o.env}`" if o.env else ""
             lines.append(
                 f"| {names} | {_code(o.type)} | {default} | {env} | {_cell(o.description)} |"
