@@ -33,10 +33,19 @@ chaos *ARGS:
 
 # ruff, strict mypy and the import-layer contracts
 lint:
-    ruff check trioperator tests examples benchmarks
+    ruff check trioperator tests examples benchmarks scripts/docsite
     ruff format --check trioperator
     mypy
     lint-imports
+
+# the documentation site into site/: mkdocs with warnings as errors, internal links and anchors
+# checked (external links are not: the build is offline); the reference pages come from the code
+docs:
+    NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true mkdocs build --strict --clean
+
+# serve the documentation site at http://127.0.0.1:8000, rebuilt on every change
+docs-serve *ARGS:
+    NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true mkdocs serve {{ARGS}}
 
 # format the code
 fmt:

@@ -130,35 +130,35 @@ class APIClientError(APIError):
 
 
 class APIBadRequestError(APIClientError):
-    pass
+    """HTTP 400: the server could not read the request (e.g. a malformed patch)."""
 
 
 class APIUnauthorizedError(APIClientError):
-    pass
+    """HTTP 401: the credentials were refused; the operator logs in again."""
 
 
 class APIForbiddenError(APIClientError):
-    pass
+    """HTTP 403: the credentials are not allowed this request (RBAC)."""
 
 
 class APINotFoundError(APIClientError):
-    pass
+    """HTTP 404: no such object, or no such resource on this server."""
 
 
 class APIConflictError(APIClientError):
-    pass
+    """HTTP 409: the object exists already, or changed since the version the request named."""
 
 
 class APIGoneError(APIClientError):
-    pass
+    """HTTP 410: the version asked for is too old (a watch then lists again)."""
 
 
 class APIUnprocessableEntityError(APIClientError):
-    pass
+    """HTTP 422: the object is invalid (its schema or a validating webhook refused it)."""
 
 
 class APITooManyRequestsError(APIClientError):
-    pass
+    """HTTP 429: the server is throttling; retried, honouring its ``Retry-After``."""
 
 
 class APIServerError(APIError):

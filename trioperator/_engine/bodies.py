@@ -83,19 +83,19 @@ class MappingView(Mapping[str, Any]):
 
 
 class Spec(MappingView):
-    pass
+    """The object's ``spec``: a live, read-only view of the body's field (empty if absent)."""
 
 
 class Status(MappingView):
-    pass
+    """The object's ``status``: a live, read-only view of the body's field (empty if absent)."""
 
 
 class Labels(MappingView):
-    pass
+    """The object's ``metadata.labels``: a live, read-only view (empty if absent)."""
 
 
 class Annotations(MappingView):
-    pass
+    """The object's ``metadata.annotations``: a live, read-only view (empty if absent)."""
 
 
 class Meta(MappingView):

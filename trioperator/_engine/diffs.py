@@ -21,6 +21,8 @@ FieldSpec = str | Sequence[str] | None
 
 
 class DiffOperation(enum.StrEnum):
+    """What happened at a field's path in one item of a ``Diff``."""
+
     ADD = "add"
     CHANGE = "change"
     REMOVE = "remove"

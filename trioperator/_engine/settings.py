@@ -42,12 +42,16 @@ def _is_positive_integer(value: object) -> TypeGuard[int]:
 
 @dataclasses.dataclass
 class ProcessSettings:
+    """The operator process as a whole."""
+
     ultimate_exiting_timeout: float | None = 10 * 60
     """After a stop is requested, the process is forcibly ended if it has not exited by then."""
 
 
 @dataclasses.dataclass
 class PostingSettings:
+    """Kubernetes Events about the handled objects."""
+
     enabled: bool = True
     """Post the explicitly requested k8s events (``trioperator.event/info/warn/exception``)."""
 
@@ -58,19 +62,43 @@ class PostingSettings:
     """The minimal level of what is posted."""
 
     reporting_component: str = "kopf"
+    """The ``reportingComponent`` (and ``source.component``) of the posted events."""
+
     reporting_instance: str = "dev"
+    """The ``reportingInstance`` of the posted events."""
+
     event_name_prefix: str = "kopf-event-"
+    """The ``generateName`` of the posted events: the server appends a random suffix."""
 
 
 @dataclasses.dataclass
 class PeeringSettings:
+    """Pausing while an operator with a higher priority serves the same objects (Kopf's
+    peering: ``KopfPeering``/``ClusterKopfPeering`` objects, see ``manifests/peering.yaml``)."""
+
     name: str = "default"
+    """The peering object's name (``--peering``)."""
+
     stealth: bool = False
+    """Keep the successful keep-alives out of the debug log."""
+
     priority: int = 0
+    """This operator's priority among its peers (``--priority``): it pauses while a live peer
+    with a higher one exists; peers with equal priorities all pause, with a warning."""
+
     lifetime: int = 60
+    """Seconds this operator's peer record stays valid; it is renewed 5 to 10 seconds before."""
+
     mandatory: bool = False
+    """The peering object must exist: the operator stays paused until it does (set by
+    ``--peering``). Otherwise a missing ``default`` peering means no peering."""
+
     standalone: bool = False
+    """No peering at all: no keep-alives, never paused by a peer (``--standalone``)."""
+
     clusterwide: bool = False
+    """Peer through a ``ClusterKopfPeering`` rather than a ``KopfPeering`` in each served
+    namespace (set from the command line: true when serving the whole cluster)."""
 
     @property
     def namespaced(self) -> bool:
@@ -89,6 +117,8 @@ class ShardingSettings:
     """
 
     enabled: bool = False
+    """Share the objects with the other live replicas of the ring (``--shards auto``)."""
+
     ring: str = "default"
     """The ring's name: replicas with the same name (and namespace) share the objects."""
     namespace: str | None = None
@@ -113,6 +143,8 @@ DEFAULT_ERROR_DELAYS: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89,
 
 @dataclasses.dataclass
 class QueueingSettings:
+    """The per-object workers that process a watcher's events."""
+
     worker_limit: int | None = None
     """At most this many per-object workers per watcher at once; ``None`` is unlimited."""
 
@@ -143,12 +175,17 @@ class QueueingSettings:
 
 @dataclasses.dataclass
 class ScanningSettings:
+    """Discovering resources and namespaces while the operator runs."""
+
     disabled: bool = False
     """Do not watch CRDs and namespaces at runtime; serve what exists at startup."""
 
 
 @dataclasses.dataclass
 class AdmissionSettings:
+    """Admission webhooks: the server that receives the reviews, and the webhook
+    configurations the operator keeps up to date."""
+
     server: Any = None
     """A webhook server or tunnel (``kopf.WebhookServer`` & co., or any callable that takes the
     operator's ``WebhookFn`` and returns an async iterator of client configs, as in Kopf);
@@ -235,6 +272,8 @@ _OPTIONAL_SERVING = _SERVING_TIMEOUTS | {"max_connections", "max_buffered"}
 
 @dataclasses.dataclass
 class ExecutionSettings:
+    """How handlers are run: retries, threads for sync handlers, async flavours."""
+
     default_backoff: float = 60
     """The retry delay after an arbitrary exception in a handler without its own ``backoff``."""
 
@@ -259,6 +298,8 @@ class ExecutionSettings:
 
 @dataclasses.dataclass
 class BackgroundSettings:
+    """Stopping daemons (``@kopf.on.daemon``)."""
+
     cancellation_polling: float = 60
     """How often a stopping daemon without a cancellation timeout is checked again."""
 
@@ -283,9 +324,20 @@ def _default_diffbase_storage() -> DiffBaseStorage:
 
 @dataclasses.dataclass
 class PersistenceSettings:
+    """The state trioperator keeps on the objects themselves (Kopf's, so that either
+    framework can continue where the other stopped)."""
+
     finalizer: str = "kopf.zalando.org/KopfFinalizerMarker"
+    """The finalizer put on objects with deletion handlers (Kopf's, so both frameworks
+    recognise it)."""
+
     progress_storage: ProgressStorage = dataclasses.field(default_factory=_default_progress_storage)
+    """Where the handlers' progress (retries, results of finished handlers) is kept: by default
+    in annotations, and read from ``status.kopf.progress`` too (Kopf's "smart" storage)."""
+
     diffbase_storage: DiffBaseStorage = dataclasses.field(default_factory=_default_diffbase_storage)
+    """Where the last handled state (the base of the next diff) is kept: by default the
+    ``kopf.zalando.org/last-handled-configuration`` annotation."""
     consistency_timeout: float = 5.0
     """How long to wait for our own patch to come back on the stream; 0 disables the wait."""
 

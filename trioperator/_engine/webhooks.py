@@ -48,6 +48,8 @@ Operation: TypeAlias = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
 
 class UserInfo(TypedDict, total=False):
+    """Who sent the request under admission (the review's ``userInfo``): the ``userinfo`` kwarg."""
+
     username: str
     uid: str
     groups: list[str]
@@ -55,6 +57,8 @@ class UserInfo(TypedDict, total=False):
 
 
 class WebhookClientConfigService(TypedDict, total=False):
+    """The in-cluster Service a webhook configuration sends reviews to (instead of a URL)."""
+
     namespace: str
     name: str
     path: str
