@@ -31,6 +31,7 @@ listing is routed and indexed.
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 import trio
@@ -43,15 +44,18 @@ from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.daemon_spawning import new_keeper
 from trioperator._runtime.indexing import index_object
-from trioperator._runtime.loggers import ObjectLogger
+from trioperator._runtime.loggers import OBJECTS_LOGGER_NAME, ObjectLogger
 from trioperator._runtime.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
 from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.metrics import WatchCounts
+from trioperator._runtime.processing import log_noop
 from trioperator._runtime.reconcile_state import Reconciler
 from trioperator._runtime.reconciling import observe, relay, run_timers
 from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.workers import run_worker
 from trioperator._util.lognames import framework_logger
+
+_OBJECTS_LOGGER = framework_logger(OBJECTS_LOGGER_NAME)
 
 # Kopf's names: the multiplexing into workers is "queueing", the streams are "watching".
 logger = framework_logger("kopf._core.reactor.queueing", "trioperator._runtime.workers")
@@ -367,6 +371,8 @@ async def _route(
                 streams[key] = mailbox
                 _Worker(ctx, key, mailbox, memory, streams, workers, idle).start()
             elif mailbox.revive is not None:
+                if mailbox.echo is not None and _absorbed(ctx, key, mailbox, event):
+                    continue  # the parked worker's own echo: nothing for it to do
                 IdleWorkers.unpark(mailbox)  # its parked worker wakes up for this event
             mailbox.put(event)
 
@@ -434,6 +440,26 @@ class _Worker:
         slack = min(RETIREMENT_SLACK, timeout / 10)
         self.idle.park(mailbox, trio.current_time() + timeout, self.start, self.retire, slack=slack)
         return True
+
+
+def _absorbed(ctx: ResourceContext, key: str, mailbox: Mailbox, event: RawEvent) -> bool:
+    """Take the echo of a parked worker's own settling write without reviving the worker.
+
+    The worker parked right after that write instead of waiting for its echo in its task (see
+    ``Mailbox.echo``); here the echo is taken as the waiting worker would have taken it: its
+    version is seen (the object is consistent again), and the cycle it would run is known to
+    find the essence it has just handled: the same line is logged, nothing else is done.
+    """
+    memory = ctx.memories.recall(key)
+    if not mailbox.absorbs(event, memory.superseded_versions):
+        return False
+    if mailbox.echo is None:  # the settling write's own echo (not an earlier write's)
+        memory.expected_version = None
+        memory.superseded_versions = ()
+        memory.settled_version = None
+        if _OBJECTS_LOGGER.isEnabledFor(logging.DEBUG):
+            log_noop(ObjectLogger(event["object"]))
+    return True
 
 
 def _ignore_wake(key: str) -> None:

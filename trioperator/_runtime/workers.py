@@ -281,13 +281,16 @@ class _Service:
             self.objlogger = await _reconcile(ctx, reconciler, self.key, memory, self.objlogger)
             return _Then.AGAIN
         awaited = _awaited(ctx, memory)
+        # Awaited is only the echo of our own write that settled the object: the router takes
+        # it without the worker (see Mailbox.echo), which has nothing else to wait for.
+        echo = awaited if awaited is not None and awaited == memory.settled_version else None
         # Nothing to wait for but a new event, whoever brings it: wait without a task.
         # Not under a worker limit, where an idle worker keeps its slot (as in Kopf).
         park = self.park
         if (
             park is not None
             and wake is None
-            and awaited is None
+            and (awaited is None or echo is not None)
             and not self.carried
             and ctx.worker_slots is None
         ):
@@ -295,8 +298,10 @@ class _Service:
             # come ``idle_timeout`` later, in what is otherwise a quiet minute.
             if self.listed_noop and self.retire():
                 return False
+            mailbox.echo = echo
             if park():
                 return True
+            mailbox.echo = None
         pending = self.pending
         mailbox.idling = True
         try:
