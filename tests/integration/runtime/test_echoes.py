@@ -15,6 +15,7 @@ import pytest
 import trio
 import trioperator as kopf
 from trioperator._engine.diffbase import AnnotationsDiffBaseStorage
+from trioperator.testing import fakeapi
 
 NOOP_LINE = "Something has changed, but we are not interested (the essence is the same)."
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
@@ -70,10 +71,22 @@ async def test_the_echo_of_a_settled_creation_is_taken_without_the_worker_task(
     run_operator: Any,
     registry: kopf.OperatorRegistry,
     logs: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The worker parks right after its settling write; the echo is taken for it, with the same
     # line, instead of waking up its task only to find nothing to do.
     order: list[str] = []
+
+    # As over a network: the echo comes a moment after the answer to the write, not in the same
+    # instant (when it does, the worker still active takes it itself, as it always has).
+    receive = fakeapi._WatchStream.__anext__
+
+    async def lagging(self: Any) -> bytes:
+        line = await receive(self)
+        await trio.sleep(0.01)
+        return line
+
+    monkeypatch.setattr(fakeapi._WatchStream, "__anext__", lagging)
 
     class WorkerExits(trio.abc.Instrument):
         def task_exited(self, task: trio.lowlevel.Task) -> None:
