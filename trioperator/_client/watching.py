@@ -295,9 +295,6 @@ async def _watch_once(
 
     ``None`` means the version is too old and the resource must be listed again.
     """
-    params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": version}
-    if settings.server_timeout is not None:
-        params["timeoutSeconds"] = str(max(1, math.ceil(settings.server_timeout)))
     inactivity = settings.inactivity_timeout
     client_timeout = settings.client_timeout
     recent = api.recent_writes
@@ -314,7 +311,7 @@ async def _watch_once(
         try:
             async with api.stream(
                 resource.get_url(namespace=namespace),
-                params=params,
+                params=_watch_params(version, settings),
                 connect_timeout=_connect_timeout(api, settings),
                 logger=log,
             ) as lines:
@@ -352,29 +349,13 @@ async def _watch_once(
                             # the scheduler and no moving of the inactivity deadline.
                             send.send_nowait(item)
                         except trio.WouldBlock:
-                            # A slow consumer is not a silent server: no inactivity while
-                            # sending. If a timeout cancels the send, nothing was sent and the
-                            # version stays put, so the event comes again after reconnecting.
-                            silence.deadline = math.inf
-                            await send.send(item)
-                            if inactivity is not None:
-                                silence.deadline = trio.current_time() + inactivity
+                            await _send_slowly(send, item, silence, inactivity)
                         version = _version_of(obj) or version
-                    elif kind == "BOOKMARK":
-                        version = _version_of(obj) or version
-                    elif kind == "ERROR":
-                        if obj.get("code") == 410 or obj.get("reason") in _EXPIRED_REASONS:
-                            log.debug(f"Watch-stream for {what} expired: {obj.get('message')}")
-                            return None, None
-                        raise WatchingError(
-                            f"Error in the watch-stream of {what}: {obj.get('message') or obj}",
-                            status=obj,
-                        )
                     else:
-                        log.warning(
-                            f"Ignoring an unsupported event type {kind!r}"
-                            f" in the watch-stream of {what}."
-                        )
+                        resumed = _not_an_event(kind, obj, version, log, what)
+                        if resumed is None:
+                            return None, None
+                        version = resumed
         except APIConnectionError as exc:
             # Failing to establish the stream was already retried by the client: escalate.
             # A stream that broke after it was established is simply resumed; at once if the
@@ -396,6 +377,52 @@ async def _watch_once(
     elif overall.cancelled_caught:
         log.debug(f"Watch-stream for {what} reached the client timeout; reconnecting.")
     return version, None
+
+
+def _watch_params(version: str, settings: WatchingSettings) -> dict[str, str]:
+    """The query of a watch request from ``version``."""
+    params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": version}
+    if settings.server_timeout is not None:
+        params["timeoutSeconds"] = str(max(1, math.ceil(settings.server_timeout)))
+    return params
+
+
+async def _send_slowly(
+    send: trio.MemorySendChannel[WatchItem],
+    item: RawWatchEvent,
+    silence: trio.CancelScope,
+    inactivity: float | None,
+) -> None:
+    """Send an event into a full buffer: wait for the consumer, with the silence put off.
+
+    A slow consumer is not a silent server: no inactivity while sending. If a timeout cancels
+    the send, nothing was sent and the version stays put, so the event comes again after
+    reconnecting.
+    """
+    silence.deadline = math.inf
+    await send.send(item)
+    if inactivity is not None:
+        silence.deadline = trio.current_time() + inactivity
+
+
+def _not_an_event(
+    kind: str, obj: dict[str, Any], version: str, log: Logger, what: str
+) -> str | None:
+    """A line other than an object's event: the version to resume from, ``None`` if the
+    version is too old (the resource must be listed again); a watch error other than that
+    raises :class:`WatchingError`."""
+    if kind == "BOOKMARK":
+        return _version_of(obj) or version
+    if kind == "ERROR":
+        if obj.get("code") == 410 or obj.get("reason") in _EXPIRED_REASONS:
+            log.debug(f"Watch-stream for {what} expired: {obj.get('message')}")
+            return None
+        raise WatchingError(
+            f"Error in the watch-stream of {what}: {obj.get('message') or obj}",
+            status=obj,
+        )
+    log.warning(f"Ignoring an unsupported event type {kind!r} in the watch-stream of {what}.")
+    return version
 
 
 def _version_of(obj: dict[str, Any]) -> str | None:

@@ -69,7 +69,7 @@ VARIABLES: tuple[EnvironmentVariable, ...] = (
         "The operator's own namespace (downward API): where the sharding ring's Leases live "
         "unless `settings.sharding.namespace` says otherwise, and the namespace of the "
         "webhook servers' Service and certificate Secret.",
-        "trioperator._runtime.sharding, trioperator._kits.webhooks",
+        "trioperator._runtime.coordination.sharding, trioperator._kits.webhooks",
     ),
     EnvironmentVariable(
         "HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, NO_PROXY",

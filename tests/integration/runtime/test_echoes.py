@@ -8,12 +8,14 @@ happens in the usual case, and every echo that does matter is still handled.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 import trio
 import trioperator as kopf
 from trioperator._engine.diffbase import AnnotationsDiffBaseStorage
+from trioperator.testing import fakeapi
 
 NOOP_LINE = "Something has changed, but we are not interested (the essence is the same)."
 FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
@@ -62,6 +64,67 @@ async def test_the_echo_of_a_settled_creation_is_not_handled_again(
     running.patch({"spec": {"field": "other"}})
     await trio.sleep(30)
     assert essence_builds == ["kopf-example-1", "kopf-example-1"]
+
+
+async def test_the_echo_of_a_settled_creation_is_taken_without_the_worker_task(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    logs: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker parks right after its settling write; the echo is taken for it, with the same
+    # line, instead of waking up its task only to find nothing to do.
+    order: list[str] = []
+
+    # As over a network: the echo comes a moment after the answer to the write, not in the same
+    # instant (when it does, the worker still active takes it itself, as it always has).
+    receive = fakeapi._WatchStream.__anext__
+
+    async def lagging(self: Any) -> bytes:
+        line = await receive(self)
+        await trio.sleep(0.01)
+        return line
+
+    monkeypatch.setattr(fakeapi._WatchStream, "__anext__", lagging)
+
+    class WorkerExits(trio.abc.Instrument):
+        def task_exited(self, task: trio.lowlevel.Task) -> None:
+            if task.name.startswith("worker "):
+                order.append("worker task ended")
+
+    class NoopLines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == NOOP_LINE:
+                order.append("echo taken")
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    async def create_fn(**_: Any) -> dict[str, str]:
+        return {"message": "hello"}
+
+    lines = NoopLines()
+    logging.getLogger("trioperator").addHandler(lines)
+    exits = WorkerExits()
+    trio.lowlevel.add_instrument(exits)
+    try:
+        running = await run_operator()
+        running.create()
+        await running.wait_for(lambda: "create_fn" in (running.obj().get("status") or {}))
+        await trio.sleep(30)
+    finally:
+        trio.lowlevel.remove_instrument(exits)
+        logging.getLogger("trioperator").removeHandler(lines)
+    assert order == ["worker task ended", "echo taken"]
+    assert running.worker_tasks() == []
+    # Someone else's change after it revives the worker, which handles it as usual.
+    seen: list[str] = []
+
+    @kopf.on.update("kopfexamples", id="update_fn", registry=registry)
+    async def update_fn(spec: Any, **_: Any) -> None:
+        seen.append(spec["field"])
+
+    running.patch({"spec": {"field": "other"}})
+    await running.wait_for(lambda: seen == ["other"])
 
 
 async def test_a_handler_that_writes_a_counted_annotation_sees_its_echo_as_an_update(

@@ -122,3 +122,37 @@ async def test_retirements_due_within_the_slack_share_one_wake_up(autojump_clock
         nursery.cancel_scope.cancel()
     # The first one's slack runs out at 5.5: everyone due by then goes at once; none early.
     assert retired_at == {"a": 5.5, "b": 5.5, "c": 5.5, "d": 7.5}
+
+
+def test_a_parked_mailbox_absorbs_its_own_workers_echoes_only() -> None:
+    idle, calls = IdleWorkers(), Calls()
+    mailbox = Mailbox(Backlog(), keep_all=False)
+    idle.park(mailbox, 10.0, calls.revive("a"), calls.retire("a"))
+    mailbox.echo = "7"  # the worker's settling write; "6" was its status write before it
+    deleted: Any = {"type": "DELETED", "object": {"metadata": {"resourceVersion": "7"}}}
+
+    assert not mailbox.absorbs(event("8"), ("6",))  # someone else's state: for the worker
+    assert not mailbox.absorbs(deleted, ("6",))
+    assert mailbox.absorbs(event("6"), ("6",))  # the earlier write's echo comes first
+    assert mailbox.echo == "7"
+    assert mailbox.absorbs(event("7"), ("6",))
+    assert mailbox.echo is None
+    assert not mailbox.absorbs(event("7"), ("6",))  # once only
+    assert mailbox.has_seen("6")
+    assert mailbox.has_seen("7")
+    assert len(mailbox) == 0
+    assert mailbox.parked
+    assert calls.log == []
+
+
+def test_a_mailbox_with_queued_events_or_a_revived_worker_absorbs_nothing() -> None:
+    idle, calls = IdleWorkers(), Calls()
+    mailbox = Mailbox(Backlog(), keep_all=False)
+    idle.park(mailbox, 10.0, calls.revive("a"), calls.retire("a"))
+    mailbox.echo = "7"
+    IdleWorkers.unpark(mailbox)
+    assert mailbox.echo is None
+    assert not mailbox.absorbs(event("7"), ())
+    mailbox.echo = "7"
+    mailbox.put(event("5"))
+    assert not mailbox.absorbs(event("7"), ())

@@ -19,6 +19,10 @@ event starts a task on it again, as if the worker had been woken up. Waiting out
 ``settings.queueing.idle_timeout`` in a task costs ~9 KiB per object (coroutine frames, a cancel
 scope, events): after a listing of many objects, that is one waiting task per object at once,
 and CPython never gives back the heap grown for such a peak while anything else lives in it.
+A worker whose last write settled its object parks at once too, instead of waiting for that
+write's echo: the router takes the echo for it (:meth:`Mailbox.absorbs`), since the cycle it
+would wake up for is known to find nothing to do (see ``_engine/echoes.py``). That is a
+wake-up of the task and a cancel scope less per handled object.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import dataclasses
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -175,6 +179,7 @@ class Mailbox:
         "_queued_ticket",
         "_versions",
         "_woken",
+        "echo",
         "idling",
         "parked_until",
         "revive",
@@ -193,6 +198,10 @@ class Mailbox:
         self._woken = False
         self._awaited: str | None = None
         self._arrived: trio.Event | None = None  # while the worker waits in wait()
+        self.echo: str | None = None
+        """While its worker is parked: the version of that worker's own last write, which
+        settled the object (see ``_engine/echoes.py``); its echo needs no worker at all (see
+        ``absorbs``)."""
         self.idling = False
         """While the worker waits with nothing to do but new events: a reconcile request
         (see reconciling.py) may wake it up then, and only then."""
@@ -256,6 +265,26 @@ class Mailbox:
             self._notify()
         elif event["type"] not in ("MODIFIED", "ADDED"):
             self._notify()  # a deletion, a listing: the worker sees it at once
+
+    def absorbs(self, event: RawEvent, superseded: Sequence[str]) -> bool:
+        """Whether the event is the parked worker's own echo (see :attr:`echo`), taken here
+        instead of reviving the worker: that of its settling write, or of an earlier write of
+        the same cycle (``superseded``: a waiting worker is not woken up for it either, and
+        the settling write's echo comes after it). Remembered as seen (:meth:`has_seen`)."""
+        echo = self.echo
+        if echo is None or self._events or event["type"] != "MODIFIED":
+            return False
+        metadata = event["object"].get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        if not isinstance(version, str) or (version != echo and version not in superseded):
+            return False
+        versions = self._versions
+        versions.append(version)
+        if len(versions) > VERSIONS_KEPT:
+            del versions[0]
+        if version == echo:
+            self.echo = None  # once: a later event of the same version is not ours
+        return True
 
     def await_version(self, version: str | None) -> None:
         """Wake the waiting worker only for this version (or a deletion, or a listing).
@@ -374,6 +403,7 @@ class IdleWorkers:
         revive = mailbox.revive
         mailbox.revive = None
         mailbox.parked_until = None
+        mailbox.echo = None
         if revive is not None:
             revive()
 

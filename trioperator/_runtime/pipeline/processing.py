@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from trioperator._client.resources import Resource
 from trioperator._engine.bodies import Body, RawBody, RawEvent
 from trioperator._engine.causes import (
     ChangingCause,
@@ -35,10 +36,14 @@ from trioperator._engine.finalizers import (
 from trioperator._engine.handlers import ChangingHandler
 from trioperator._engine.journal import annotation_prefixes, pending_write, prepare
 from trioperator._engine.patches import Patch, apply_merge_patch
-from trioperator._engine.progress import clear_owned
+from trioperator._engine.progress import ProgressStorage, clear_owned
 from trioperator._engine.progression import HandlerState, State, deliver_results, format_iso8601
 from trioperator._engine.reasons import TITLES, Reason
+from trioperator._engine.registry import OperatorRegistry
+from trioperator._engine.settings import PersistenceSettings
 from trioperator._runtime.handling.applying import apply_patch
+from trioperator._runtime.pipeline.contexts import ResourceContext
+from trioperator._runtime.pipeline.daemon_spawning import settle_daemons
 from trioperator._runtime.handling.execution import (
     Execution,
     run_handler_once,
@@ -162,7 +167,6 @@ async def process_changes(
         return CycleOutcome(gone=True)
     if memory.journal_unchecked:
         memory.journal_unchecked = False
-        persistence = ctx.settings.persistence
         prefixes = annotation_prefixes(persistence.progress_storage, persistence.diffbase_storage)
         written = pending_write(raw_body, prefixes)
         if written is not None:
@@ -177,10 +181,60 @@ async def process_changes(
 
     body = Body(raw_body)
     patch = _start_patch(memory, patch)
-    delay: float | None = None
-    finalizer = persistence.finalizer
     deleting = is_deletion_ongoing(raw_body)
-    blocked = is_deletion_blocked(raw_body, finalizer)
+    blocked = is_deletion_blocked(raw_body, persistence.finalizer)
+    delay, settled, awaiting_daemons = await _handle_object(
+        ctx,
+        event,
+        raw_body,
+        body,
+        patch,
+        memory,
+        logger,
+        deleting=deleting,
+        blocked=blocked,
+        changing=changing,
+        spawning=spawning,
+    )
+    releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
+    outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
+    outcome.awaiting_daemons = awaiting_daemons
+    # ``settled`` implies no delay and no deletion (see _process_changing_cause); ``written``
+    # is there only with a new version. Daemons are left out: one that exits for good may end
+    # the need of the finalizer, which only the next cycle would see.
+    outcome.settled = (
+        settled
+        and not spawning
+        and _echo_settles(registry, resource, persistence, raw_body, patch, outcome)
+    )
+    if releasing and not memory.pending_fns:
+        memory.released = True
+    return outcome
+
+
+async def _handle_object(
+    ctx: ResourceContext,
+    event: RawEvent,
+    raw_body: RawBody,
+    body: Body,
+    patch: Patch,
+    memory: ObjectMemory,
+    logger: Logger,
+    *,
+    deleting: bool,
+    blocked: bool,
+    changing: bool,
+    spawning: bool,
+) -> tuple[float | None, bool, bool]:
+    """Our finalizer first (added or removed as the handlers need it), else the daemons of a
+    deleted object and the changing cause.
+
+    Returns the delay until some handler is due again (``None`` if none is), whether the cause
+    is settled (see ``_process_changing_cause``), and whether daemons still hold the object.
+    """
+    registry = ctx.registry
+    resource = ctx.resource
+    finalizer = ctx.settings.persistence.finalizer
     requires = registry.requires_finalizer(
         resource=resource,
         body=raw_body,
@@ -198,43 +252,47 @@ async def process_changes(
         ),
         excluded=memory.forever_stopped,
     )
-
-    awaiting_daemons = False
-    settled = False
     if requires and not blocked and not deleting:
         # Changing handlers wait for the next cycle: the finalizer must be in place first.
         logger.debug("Adding the finalizer, thus preventing the actual deletion.")
         block_deletion(body=raw_body, patch=patch, finalizer=finalizer)
-    elif not requires and blocked:
+        return None, False, False
+    if not requires and blocked:
         logger.debug("Removing the finalizer, as there are no handlers requiring it.")
         allow_deletion(body=raw_body, patch=patch, finalizer=finalizer)
-    else:
-        # The daemons are stopped as soon as the deletion is seen (process_spawning); the
-        # object is released only when they are all done and the delete handlers too.
-        daemons_delay = None
-        if deleting and spawning:
-            daemons_delay = await settle_daemons(ctx, memory, logger)
-            awaiting_daemons = daemons_delay is not None
-        if changing and not (deleting and memory.deletion_handled):
-            delay, settled = await _process_changing_cause(
-                ctx, event, body, patch, memory, logger, may_release=not awaiting_daemons
-            )
-        elif deleting and blocked and not awaiting_daemons:
-            logger.debug("Removing the finalizer, thus allowing the actual deletion.")
-            allow_deletion(body=raw_body, patch=patch, finalizer=finalizer)
-        if daemons_delay is not None:
-            delay = daemons_delay if delay is None else min(delay, daemons_delay)
+        return None, False, False
+    # The daemons are stopped as soon as the deletion is seen (process_spawning); the object
+    # is released only when they are all done and the delete handlers too.
+    delay: float | None = None
+    settled = False
+    daemons_delay = None
+    if deleting and spawning:
+        daemons_delay = await settle_daemons(ctx, memory, logger)
+    awaiting_daemons = daemons_delay is not None
+    if changing and not (deleting and memory.deletion_handled):
+        delay, settled = await _process_changing_cause(
+            ctx, event, body, patch, memory, logger, may_release=not awaiting_daemons
+        )
+    elif deleting and blocked and not awaiting_daemons:
+        logger.debug("Removing the finalizer, thus allowing the actual deletion.")
+        allow_deletion(body=raw_body, patch=patch, finalizer=finalizer)
+    if daemons_delay is not None:
+        delay = daemons_delay if delay is None else min(delay, daemons_delay)
+    return delay, settled, awaiting_daemons
 
-    releasing = deleting and blocked and any(isinstance(fn, RemoveFinalizer) for fn in patch.fns)
-    outcome = await _apply(ctx, raw_body, patch, logger, delay=delay, memory=memory)
-    outcome.awaiting_daemons = awaiting_daemons
-    # ``settled`` implies no delay and no deletion (see _process_changing_cause); ``written``
-    # is there only with a new version. Daemons are left out: one that exits for good may end
-    # the need of the finalizer, which only the next cycle would see.
-    outcome.settled = (
-        settled
-        and not spawning
-        and outcome.written is not None
+
+def _echo_settles(
+    registry: OperatorRegistry,
+    resource: Resource,
+    persistence: PersistenceSettings,
+    raw_body: RawBody,
+    patch: Patch,
+    outcome: CycleOutcome,
+) -> bool:
+    """Whether the echo of our write (``outcome``) will need no change handling, so that the
+    worker skips it (see ``_engine/echoes.py``)."""
+    return (
+        outcome.written is not None
         and registry.finalizer_follows_labels(resource)
         and echo_is_noop(
             before=raw_body,
@@ -245,9 +303,6 @@ async def process_changes(
             extra_fields=registry.get_extra_fields(resource),
         )
     )
-    if releasing and not memory.pending_fns:
-        memory.released = True
-    return outcome
 
 
 async def _complete_interrupted_write(
@@ -293,20 +348,7 @@ async def _process_changing_cause(
     registry = ctx.registry
     resource = ctx.resource
     persistence = ctx.settings.persistence
-    progress = persistence.progress_storage
-    diffbase = persistence.diffbase_storage
-    old = diffbase.fetch(body=body)
-    extra_fields = registry.get_extra_fields(resource)
-    if gives_own_essences(diffbase):
-        # Both essences are new dicts of ours: cleared in place, not copied once more.
-        new = diffbase.build(body=body, extra_fields=extra_fields)
-        old = clear_owned(progress, old) if old is not None else None
-        new = clear_owned(progress, new)
-    else:
-        # Users' storages get the fields as dotted strings, as they always have.
-        new = diffbase.build(body=body, extra_fields=[".".join(f) for f in extra_fields])
-        old = progress.clear(essence=old) if old is not None else None
-        new = progress.clear(essence=new)
+    old, new = _essences(registry, resource, persistence, body)
     diff = make_diff(old, new)
     initial = memory.noticed_by_listing and not memory.fully_handled_once
     reason = detect_changing_cause(
@@ -357,50 +399,9 @@ async def _process_changing_cause(
     delay: float | None = None
     if handlers:
         # Only now: most cycles (e.g. the echo of our own patch) have no handler to run.
-        execution = Execution.for_operator(ctx.operator, progress=True)
-        now = execution.now()
-        owned = registry.get_handlers(ChangingHandler, resource)
-        state = State.from_storage(
-            body=body,
-            storage=progress,
-            handlers=owned,
-            now=now,
-            on_corrupt=warn_corrupt_progress(logger),
+        done, delay = await _run_cause_handlers(
+            ctx, cause, handlers, persistence.progress_storage, title, logger
         )
-        state = state.with_purpose(reason.value).with_handlers(handlers, now=now)
-        for extra_purpose, counters in state.extras.items():
-            extra_title = _title(extra_purpose)
-            logger.info(
-                f"{extra_title.capitalize()} is superseded by {title}: "
-                f"{counters.success} succeeded; {counters.failure} failed; "
-                f"{counters.running} left to the moment."
-            )
-            state = state.with_purpose(reason.value, handlers=handlers)
-        if state.extras:
-            state.purge(body=body, patch=patch, storage=progress, handlers=owned)
-
-        _log_progress(logger, title, body, diff, old=old, new=new)
-        outcomes = await run_handlers(
-            handlers, cause=cause, state=state, execution=execution, logger=logger
-        )
-        state = state.with_outcomes(outcomes, now=execution.now())
-        state.store(body=body, patch=patch, storage=progress)
-        deliver_results(outcomes=outcomes, patch=patch)
-        done = state.done
-        if done:
-            counts = state.counts
-            logger.info(
-                f"{title.capitalize()} is processed: "
-                f"{counts.success} succeeded; {counts.failure} failed."
-            )
-            if reason is not Reason.DELETE:
-                state.purge(body=body, patch=patch, storage=progress, handlers=owned)
-            # A deletion's records stay, final, until the object is gone: our finalizer is
-            # removed by a write of its own after this cycle's (or later, when the daemons are
-            # done), and a crash before it must find the deletion handled, not run its
-            # handlers again. Kopf reads such records as done too.
-        else:
-            delay = state.delay(execution.now())
     else:
         # As Kopf: shown even without handlers, to tell why the diff-base is stored.
         _log_progress(logger, title, body, diff, old=old, new=new)
@@ -408,7 +409,7 @@ async def _process_changing_cause(
     if done:
         # As Kopf: the essence is stored whenever a cause is fully handled, deletions included.
         if old != new:
-            diffbase.store(body=body, patch=patch, essence=new)
+            persistence.diffbase_storage.store(body=body, patch=patch, essence=new)
         memory.fully_handled_once = True
         if reason is Reason.DELETE and may_release:
             logger.debug("Removing the finalizer, thus allowing the actual deletion.")
@@ -417,6 +418,85 @@ async def _process_changing_cause(
             # Not again when the daemons are done (the records say so too, after a restart).
             memory.deletion_handled = True
     return delay, done and reason is not Reason.DELETE
+
+
+def _essences(
+    registry: OperatorRegistry, resource: Resource, persistence: PersistenceSettings, body: Body
+) -> tuple[Any, Any]:
+    """The object's stored essence (``None`` if never handled) and its current one, both
+    without the progress records (whatever storage keeps them)."""
+    progress = persistence.progress_storage
+    diffbase = persistence.diffbase_storage
+    old = diffbase.fetch(body=body)
+    extra_fields = registry.get_extra_fields(resource)
+    if gives_own_essences(diffbase):
+        # Both essences are new dicts of ours: cleared in place, not copied once more.
+        new = diffbase.build(body=body, extra_fields=extra_fields)
+        old = clear_owned(progress, old) if old is not None else None
+        new = clear_owned(progress, new)
+    else:
+        # Users' storages get the fields as dotted strings, as they always have.
+        new = diffbase.build(body=body, extra_fields=[".".join(f) for f in extra_fields])
+        old = progress.clear(essence=old) if old is not None else None
+        new = progress.clear(essence=new)
+    return old, new
+
+
+async def _run_cause_handlers(
+    ctx: ResourceContext,
+    cause: ChangingCause,
+    handlers: Sequence[ChangingHandler],
+    progress: ProgressStorage,
+    title: str,
+    logger: Logger,
+) -> tuple[bool, float | None]:
+    """Run the cause's due handlers with their progress records (read and stored back).
+
+    Returns whether all of them are done and, if not, the delay until one is due again.
+    """
+    body, patch, reason = cause.body, cause.patch, cause.reason
+    execution = Execution.for_operator(ctx.operator, progress=True)
+    now = execution.now()
+    owned = ctx.registry.get_handlers(ChangingHandler, cause.resource)
+    state = State.from_storage(
+        body=body,
+        storage=progress,
+        handlers=owned,
+        now=now,
+        on_corrupt=warn_corrupt_progress(logger),
+    )
+    state = state.with_purpose(reason.value).with_handlers(handlers, now=now)
+    for extra_purpose, counters in state.extras.items():
+        extra_title = _title(extra_purpose)
+        logger.info(
+            f"{extra_title.capitalize()} is superseded by {title}: "
+            f"{counters.success} succeeded; {counters.failure} failed; "
+            f"{counters.running} left to the moment."
+        )
+        state = state.with_purpose(reason.value, handlers=handlers)
+    if state.extras:
+        state.purge(body=body, patch=patch, storage=progress, handlers=owned)
+
+    _log_progress(logger, title, body, cause.diff, old=cause.old, new=cause.new)
+    outcomes = await run_handlers(
+        handlers, cause=cause, state=state, execution=execution, logger=logger
+    )
+    state = state.with_outcomes(outcomes, now=execution.now())
+    state.store(body=body, patch=patch, storage=progress)
+    deliver_results(outcomes=outcomes, patch=patch)
+    if not state.done:
+        return False, state.delay(execution.now())
+    counts = state.counts
+    logger.info(
+        f"{title.capitalize()} is processed: {counts.success} succeeded; {counts.failure} failed."
+    )
+    if reason is not Reason.DELETE:
+        state.purge(body=body, patch=patch, storage=progress, handlers=owned)
+    # A deletion's records stay, final, until the object is gone: our finalizer is removed by
+    # a write of its own after this cycle's (or later, when the daemons are done), and a crash
+    # before it must find the deletion handled, not run its handlers again. Kopf reads such
+    # records as done too.
+    return True, None
 
 
 def log_noop(logger: Logger) -> None:

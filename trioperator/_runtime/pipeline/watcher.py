@@ -32,6 +32,7 @@ listing is routed and indexed.
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 import trio
@@ -40,19 +41,22 @@ from trioperator._client.watching import LISTED, WatchItem, stream_events
 from trioperator._engine.bodies import RawEvent
 from trioperator._engine.handlers import ReconcilingHandler, RelayingHandler
 from trioperator._engine.stoppers import DaemonStoppingReason
-from trioperator._runtime.coordination.sharding import ShardShare, wait_paused_or_reassigned
-from trioperator._runtime.handling.loggers import ObjectLogger
-from trioperator._runtime.objects.daemon_keeper import DaemonsKeeper
-from trioperator._runtime.objects.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
-from trioperator._runtime.objects.memories import ObjectMemory
-from trioperator._runtime.objects.reconcile_state import Reconciler
 from trioperator._runtime.pipeline.contexts import ResourceContext
+from trioperator._runtime.objects.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.pipeline.daemon_spawning import new_keeper
 from trioperator._runtime.pipeline.indexing import index_object
-from trioperator._runtime.pipeline.reconciling import observe, relay, run_timers
-from trioperator._runtime.pipeline.workers import run_worker
+from trioperator._runtime.handling.loggers import OBJECTS_LOGGER_NAME, ObjectLogger
+from trioperator._runtime.objects.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
+from trioperator._runtime.objects.memories import ObjectMemory
 from trioperator._runtime.support.metrics import WatchCounts
+from trioperator._runtime.pipeline.processing import log_noop
+from trioperator._runtime.objects.reconcile_state import Reconciler
+from trioperator._runtime.pipeline.reconciling import observe, relay, run_timers
+from trioperator._runtime.coordination.sharding import ShardShare, wait_paused_or_reassigned
+from trioperator._runtime.pipeline.workers import run_worker
 from trioperator._util.lognames import framework_logger
+
+_OBJECTS_LOGGER = framework_logger(OBJECTS_LOGGER_NAME)
 
 # Kopf's names: the multiplexing into workers is "queueing", the streams are "watching".
 logger = framework_logger("kopf._core.reactor.queueing", "trioperator._runtime.pipeline.workers")
@@ -368,6 +372,8 @@ async def _route(
                 streams[key] = mailbox
                 _Worker(ctx, key, mailbox, memory, streams, workers, idle).start()
             elif mailbox.revive is not None:
+                if mailbox.echo is not None and _absorbed(ctx, key, mailbox, event):
+                    continue  # the parked worker's own echo: nothing for it to do
                 IdleWorkers.unpark(mailbox)  # its parked worker wakes up for this event
             mailbox.put(event)
 
@@ -435,6 +441,26 @@ class _Worker:
         slack = min(RETIREMENT_SLACK, timeout / 10)
         self.idle.park(mailbox, trio.current_time() + timeout, self.start, self.retire, slack=slack)
         return True
+
+
+def _absorbed(ctx: ResourceContext, key: str, mailbox: Mailbox, event: RawEvent) -> bool:
+    """Take the echo of a parked worker's own settling write without reviving the worker.
+
+    The worker parked right after that write instead of waiting for its echo in its task (see
+    ``Mailbox.echo``); here the echo is taken as the waiting worker would have taken it: its
+    version is seen (the object is consistent again), and the cycle it would run is known to
+    find the essence it has just handled: the same line is logged, nothing else is done.
+    """
+    memory = ctx.memories.recall(key)
+    if not mailbox.absorbs(event, memory.superseded_versions):
+        return False
+    if mailbox.echo is None:  # the settling write's own echo (not an earlier write's)
+        memory.expected_version = None
+        memory.superseded_versions = ()
+        memory.settled_version = None
+        if _OBJECTS_LOGGER.isEnabledFor(logging.DEBUG):
+            log_noop(ObjectLogger(event["object"]))
+    return True
 
 
 def _ignore_wake(key: str) -> None:
