@@ -14,6 +14,9 @@ Every request goes through one retry loop:
   backoff, or exactly the server's delay with ``enforce_retry_after``;
 * other 4xx errors escalate at once, and so do 3xx (redirects are never followed: see
   ``APIRedirectError``) and any other status outside 2xx;
+* with ``settings.networking.qps`` set, every attempt (a watch: every connection) first takes
+  a token of the client's rate limit (``ratelimit.py``), shared by all the client's requests;
+  without it (the default) nothing is counted and nothing waits;
 * responses are bounded (``max_response_size``, see ``h11_transport.py``), and one that breaks
   HTTP, exceeds a bound, or is not the JSON asked for is an ``APIProtocolError``, not retried:
   the same request would get the same answer.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any, Protocol, TypeAlias
 
@@ -51,6 +55,7 @@ from trioperator._client.errors import (
     error_from_response,
 )
 from trioperator._client.http import HTTPResponse, HTTPSession, SessionPool
+from trioperator._client.ratelimit import TokenBucket
 from trioperator._client.recent_writes import RecentWrites
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
@@ -96,6 +101,9 @@ class RequestObserver(Protocol):
         lowercase HTTP method of other requests.
         """
 
+
+_THROTTLE_LOG_AFTER = 1.0
+"""Waits for the rate limit this long or longer are logged (at DEBUG), as client-go does."""
 
 _LIST_RESTARTS = 3
 """How often a paginated listing restarts when its continue token expires (HTTP 410)."""
@@ -231,6 +239,9 @@ class APIClient:
         self._sessions = SessionPool()
         self.recent_writes = RecentWrites()
         """Answers to the framework's own writes, for their watch echoes (see ``patch``)."""
+        self._rate_limit: TokenBucket | None = None
+        """The bucket of ``settings.networking.qps`` (made when first needed, and anew when the
+        settings change); untouched while ``qps`` is None."""
 
     async def __aenter__(self) -> APIClient:
         return self
@@ -248,6 +259,19 @@ class APIClient:
         key, info = selected if selected is not None else await self.vault.select()
         trust_env = self.settings.trust_env or info.trust_env
         return key, info, self._sessions.get(info, trust_env=trust_env)
+
+    async def _throttle(self, qps: float, what: str) -> None:
+        """Wait for a token of the rate limit: ``qps`` per second, ``burst`` at once."""
+        burst = self.settings.burst or max(1, math.ceil(qps))
+        bucket = self._rate_limit
+        if bucket is None or bucket.rate != qps or bucket.burst != burst:
+            bucket = self._rate_limit = TokenBucket(qps, burst)
+        waited = await bucket.take()
+        if waited >= _THROTTLE_LOG_AFTER:
+            self.logger.debug(
+                f"Waited {waited:.3f}s for the client's rate limit (settings.networking.qps="
+                f"{qps:g}, burst={burst}): {what}"
+            )
 
     async def _unauthorized(
         self, key: VaultKey, info: ConnectionInfo, exc: APIUnauthorizedError
@@ -291,6 +315,9 @@ class APIClient:
         # Formed on the first failure only: most requests succeed at once.
         retries: _RetryState | None = None
         while True:
+            qps = self.settings.qps
+            if qps is not None:
+                await self._throttle(qps, f"{method} {path}")
             key, info, session = await self._session()
             try:
                 started = trio.current_time()
@@ -373,6 +400,9 @@ class APIClient:
             connect_timeout = self.settings.connect_timeout
         observer = self.observer
         while True:
+            qps = self.settings.qps
+            if qps is not None:
+                await self._throttle(qps, f"GET {path} (a watch)")
             key, info, session = await self._session()
             what = f"GET {session.url(path, params)}"
             established = False
