@@ -279,7 +279,7 @@ class APIClient:
         trust_env = self.settings.trust_env or info.trust_env
         return key, info, self._sessions.get(info, trust_env=trust_env)
 
-    async def _throttle(self, qps: float, what: str) -> None:
+    async def _throttle(self, qps: float, method: str, path: str) -> None:
         """Wait for a token of the rate limit: ``qps`` per second, ``burst`` at once."""
         burst = self.settings.burst or max(1, math.ceil(qps))
         bucket = self._rate_limit
@@ -289,7 +289,7 @@ class APIClient:
         if waited >= _THROTTLE_LOG_AFTER:
             self.logger.debug(
                 f"Waited {waited:.3f}s for the client's rate limit (settings.networking.qps="
-                f"{qps:g}, burst={burst}): {what}"
+                f"{qps:g}, burst={burst}): {method} {path}"
             )
 
     async def _spend_retry(self, log: Logger) -> None:
@@ -358,7 +358,7 @@ class APIClient:
         while True:
             qps = self.settings.qps
             if qps is not None:
-                await self._throttle(qps, f"{method} {path}")
+                await self._throttle(qps, method, path)
             key, info, session = await self._session()
             try:
                 started = trio.current_time()
@@ -445,7 +445,7 @@ class APIClient:
         while True:
             qps = self.settings.qps
             if qps is not None:
-                await self._throttle(qps, f"GET {path} (a watch)")
+                await self._throttle(qps, "GET", f"{path} (a watch)")
             key, info, session = await self._session()
             what = f"GET {session.url(path, params)}"
             established = False
