@@ -54,14 +54,14 @@ FORBIDDEN = re.compile(r"(?i)forbidden|(?<![,.:\d])\b403\b|permission")
 RULES = {
     ("ClusterRole", "", "namespaces"): ["list", "watch"],
     ("ClusterRole", "apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"],
-    ("Role", "", "events"): ["create"],
+    ("Role", "", "events"): ["create", "patch"],
     ("Role", "kopf.dev", "kopfexamples"): ["list", "watch", "patch"],
     ("Role", "kopf.dev", "kopfexamples/status"): ["patch"],
     ("Role", "kopf.dev", "kopfpeerings"): ["list", "watch", "patch"],
 }
 # And with -A: everything in the ClusterRole, cluster-wide peering, no namespace observation.
 RULES_CLUSTERWIDE = {
-    ("ClusterRole", "", "events"): ["create"],
+    ("ClusterRole", "", "events"): ["create", "patch"],
     ("ClusterRole", "apiextensions.k8s.io", "customresourcedefinitions"): ["list", "watch"],
     ("ClusterRole", "kopf.dev", "clusterkopfpeerings"): ["list", "watch", "patch"],
     ("ClusterRole", "kopf.dev", "kopfexamples"): ["list", "watch", "patch"],

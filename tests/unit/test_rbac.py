@@ -31,7 +31,7 @@ Grants = set[tuple[str, str, str, tuple[str, ...]]]
 """(kind/namespace of the role, API group, resource, verbs)"""
 
 FRAMEWORK_CLUSTERWIDE: Grants = {
-    ("ClusterRole", "", "events", ("create",)),
+    ("ClusterRole", "", "events", ("create", "patch")),
     ("ClusterRole", "apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
     ("ClusterRole", "kopf.dev", "clusterkopfpeerings", ("list", "watch", "patch")),
 }
@@ -131,7 +131,7 @@ def test_namespaced_operators_get_a_role_per_namespace(capsys: pytest.CaptureFix
     code, docs, err = _rbac(argv, capsys)
     assert code == 0, err
     local = {
-        ("", "events", ("create",)),
+        ("", "events", ("create", "patch")),
         ("kopf.dev", "kopfpeerings", ("list", "watch", "patch")),
         ("kopf.dev", "kopfexamples", ("list", "watch", "patch")),
         ("kopf.dev", "kopfexamples/status", ("patch",)),
@@ -328,7 +328,7 @@ def test_cluster_scoped_objects_of_a_namespaced_operator() -> None:
     assert ("", "nodes", ("list", "watch", "patch")) in cluster
     assert ("", "nodes/status", ("patch",)) in cluster
     assert [(r.resources, r.verbs) for r in permissions.default_namespace] == [
-        (("events",), ("create",))
+        (("events",), ("create", "patch"))
     ]
 
 

@@ -12,8 +12,18 @@ Every request goes through one retry loop:
 * a server-requested delay (``Retry-After`` header, or ``details.retryAfterSeconds``) is never
   cut short, but never longer than ``max_retry_after``: the sleep is the longer of it and the
   backoff, or exactly the server's delay with ``enforce_retry_after``;
+* after that sleep, a retry also takes a token of the client's **retry budget**
+  (``retry_budget`` retries per second, ``retry_burst`` at once; ``ratelimit.py``), shared by
+  all the client's requests: when an API server fails for everyone, the workers' retries come
+  back at that pace instead of all at once. A retry waits for its token (cancellably), and
+  never gives up for want of one: no request makes fewer attempts than ``error_backoffs``
+  says, they are only spread out. A warning says when the budget runs dry, and an info line
+  when it has room again;
 * other 4xx errors escalate at once, and so do 3xx (redirects are never followed: see
   ``APIRedirectError``) and any other status outside 2xx;
+* with ``settings.networking.qps`` set, every attempt (a watch: every connection) first takes
+  a token of the client's rate limit (``ratelimit.py``), shared by all the client's requests;
+  without it (the default) nothing is counted and nothing waits;
 * responses are bounded (``max_response_size``, see ``transport/``), and one that breaks
   HTTP, exceeds a bound, or is not the JSON asked for is an ``APIProtocolError``, not retried:
   the same request would get the same answer.
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any, Protocol, TypeAlias
 
@@ -51,6 +62,7 @@ from trioperator._client.errors import (
     error_from_response,
 )
 from trioperator._client.http import HTTPResponse, HTTPSession, SessionPool
+from trioperator._client.ratelimit import TokenBucket
 from trioperator._client.recent_writes import RecentWrites
 from trioperator._client.resources import Resource
 from trioperator._client.settings import NetworkingSettings
@@ -97,6 +109,9 @@ class RequestObserver(Protocol):
         """
 
 
+_THROTTLE_LOG_AFTER = 1.0
+"""Waits for the rate limit this long or longer are logged (at DEBUG), as client-go does."""
+
 _LIST_RESTARTS = 3
 """How often a paginated listing restarts when its continue token expires (HTTP 410)."""
 
@@ -118,13 +133,20 @@ def _backoffs(value: float | Iterable[float]) -> tuple[Iterator[float], int | No
 class _RetryState:
     """The retry bookkeeping of one logical request (all its attempts)."""
 
-    def __init__(self, settings: NetworkingSettings, log: Logger, rng: RandomSource) -> None:
+    def __init__(
+        self,
+        settings: NetworkingSettings,
+        log: Logger,
+        rng: RandomSource,
+        budget: Callable[[Logger], Awaitable[None]],
+    ) -> None:
         self.backoffs, self.count = _backoffs(settings.error_backoffs)
         self.enforce_retry_after = settings.enforce_retry_after
         self.max_retry_after = settings.max_retry_after
         self.jitter = settings.backoff_jitter
         self.rng = rng
         self.logger = log
+        self.budget = budget
         self.attempt = 0
 
     async def failed(self, exc: APIError | APIConnectionError, what: str) -> None:
@@ -145,6 +167,7 @@ class _RetryState:
             delay = retry_after if self.enforce_retry_after else max(delay, retry_after)
         self.logger.error(f"Request attempt {label} failed; will retry: {what} -> {exc!r}")
         await trio.sleep(delay)
+        await self.budget(self.logger)
 
 
 def _encode(payload: Any) -> bytes | None:
@@ -231,6 +254,13 @@ class APIClient:
         self._sessions = SessionPool()
         self.recent_writes = RecentWrites()
         """Answers to the framework's own writes, for their watch echoes (see ``patch``)."""
+        self._retry_budget: TokenBucket | None = None
+        """The bucket of ``settings.networking.retry_budget`` (made at the first retry)."""
+        self._budget_dry = False
+        """Whether the last retry had to wait for the budget (a warning was logged)."""
+        self._rate_limit: TokenBucket | None = None
+        """The bucket of ``settings.networking.qps`` (made when first needed, and anew when the
+        settings change); untouched while ``qps`` is None."""
 
     async def __aenter__(self) -> APIClient:
         return self
@@ -248,6 +278,41 @@ class APIClient:
         key, info = selected if selected is not None else await self.vault.select()
         trust_env = self.settings.trust_env or info.trust_env
         return key, info, self._sessions.get(info, trust_env=trust_env)
+
+    async def _throttle(self, qps: float, method: str, path: str) -> None:
+        """Wait for a token of the rate limit: ``qps`` per second, ``burst`` at once."""
+        burst = self.settings.burst or max(1, math.ceil(qps))
+        bucket = self._rate_limit
+        if bucket is None or bucket.rate != qps or bucket.burst != burst:
+            bucket = self._rate_limit = TokenBucket(qps, burst)
+        waited = await bucket.take()
+        if waited >= _THROTTLE_LOG_AFTER:
+            self.logger.debug(
+                f"Waited {waited:.3f}s for the client's rate limit (settings.networking.qps="
+                f"{qps:g}, burst={burst}): {method} {path}"
+            )
+
+    async def _spend_retry(self, log: Logger) -> None:
+        """Take a retry's token of the budget, waiting for it if the budget is spent."""
+        rate = self.settings.retry_budget
+        if rate is None:
+            return
+        burst = self.settings.retry_burst
+        bucket = self._retry_budget
+        if bucket is None or bucket.rate != rate or bucket.burst != burst:
+            bucket = self._retry_budget = TokenBucket(rate, burst)
+        wait = bucket.delay()
+        if wait > 0 and not self._budget_dry:
+            self._budget_dry = True
+            log.warning(
+                f"The retry budget is spent (settings.networking.retry_budget={rate:g} per second,"
+                f" retry_burst={burst}): retries of failed requests wait for their turn,"
+                f" {wait:.3f}s for this one."
+            )
+        elif wait <= 0 and self._budget_dry:
+            self._budget_dry = False
+            log.info("The retry budget has room again: retries go out without waiting.")
+        await bucket.take()
 
     async def _unauthorized(
         self, key: VaultKey, info: ConnectionInfo, exc: APIUnauthorizedError
@@ -291,6 +356,9 @@ class APIClient:
         # Formed on the first failure only: most requests succeed at once.
         retries: _RetryState | None = None
         while True:
+            qps = self.settings.qps
+            if qps is not None:
+                await self._throttle(qps, method, path)
             key, info, session = await self._session()
             try:
                 started = trio.current_time()
@@ -322,7 +390,9 @@ class APIClient:
                 await self._unauthorized(key, info, exc)
             except (APIError, APIConnectionError) as exc:
                 if retries is None:
-                    retries = _RetryState(self.settings, logger or self.logger, self.rng)
+                    retries = _RetryState(
+                        self.settings, logger or self.logger, self.rng, self._spend_retry
+                    )
                 await retries.failed(exc, f"{method} {session.url(path, params)}")
 
     async def request(
@@ -368,11 +438,14 @@ class APIClient:
         once it is established, errors while reading it end it with an exception and are the
         caller's to handle. No total or read timeout applies: bound it with cancel scopes.
         """
-        retries = _RetryState(self.settings, logger or self.logger, self.rng)
+        retries = _RetryState(self.settings, logger or self.logger, self.rng, self._spend_retry)
         if connect_timeout is None:
             connect_timeout = self.settings.connect_timeout
         observer = self.observer
         while True:
+            qps = self.settings.qps
+            if qps is not None:
+                await self._throttle(qps, "GET", f"{path} (a watch)")
             key, info, session = await self._session()
             what = f"GET {session.url(path, params)}"
             established = False

@@ -12,6 +12,13 @@ the credentials' context is not used for them: no version accepts any other name
 Errors of the client's making (4xx, e.g. no RBAC permission for events) are logged and
 ignored: an event is a courtesy, never a reason to fail the handling of an object. Server and
 connection errors that outlive the retries escalate to the caller (the runtime's poster task).
+
+Repeats are counted (given a :class:`RecentEvents` and a window, as the poster does): an Event
+that says exactly what one posted within the window said is not posted anew, the existing
+Event is patched with ``count`` and ``lastTimestamp`` (see ``event_series.py``). If that
+Event is gone (404), or the patch is refused for another reason of the client's making, the
+Event is posted anew; without the RBAC permission to patch events (403), once warned, repeats
+are posted anew from then on, as before.
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import trio
+
 from trioperator._client.api import APIClient, Logger
-from trioperator._client.errors import APIClientError
+from trioperator._client.errors import APIClientError, APIForbiddenError, APINotFoundError
+from trioperator._client.event_series import EventKey, PostedEvent, RecentEvents, event_key
 from trioperator._util import clock
 
 __all__ = [
@@ -101,12 +111,16 @@ async def post_event(
     name_prefix: str,
     now: datetime.datetime | None = None,
     logger: Logger | None = None,
+    recent: RecentEvents | None = None,
+    window: float = 0.0,
+    max_size: int = 0,
 ) -> None:
     """Post an Event about the object ``ref`` (``apiVersion``, ``kind``, ``name``, ``uid``, …).
 
     Cluster-scoped objects get their events in :data:`CLUSTER_EVENTS_NAMESPACE`. Events about
     Events are never posted (that could feed on itself). ``now`` defaults to the current UTC
-    time.
+    time. With ``recent``, a positive ``window`` (seconds) and ``max_size``, a repeat of an
+    Event posted within the window is counted on it instead (see the module's docstring).
     """
     log: Logger = logger if logger is not None else _LOGGER
     if ref.get("apiVersion") == "v1" and ref.get("kind") == "Event":
@@ -125,9 +139,21 @@ async def post_event(
         namespace=namespace,
         now=now,
     )
+    series = recent if window > 0 and max_size > 0 else None
+    key: EventKey = ()
+    tick = 0.0
+    if series is not None:
+        key = event_key(body)
+        tick = trio.current_time()
+        previous = None if series.patch_denied else series.find(key, now=tick, window=window)
+        if previous is not None:
+            if await _count_repeat(api, previous, body["lastTimestamp"], series, log):
+                series.remember(key, previous, now=tick, window=window, max_size=max_size)
+                return
+            series.forget(key)
     try:
         # Retries are logged where the poster logs (as Kopf's posting), not as the client's.
-        await api.request(
+        created = await api.request(
             "POST", f"/api/v1/namespaces/{namespace}/events", payload=body, logger=log
         )
     except APIClientError as exc:
@@ -135,3 +161,41 @@ async def post_event(
             f"Failed to post an event. Ignoring and continuing. Code: {exc.code}."
             f" Message: {exc.message}. Details: {exc.details}. Event: {body}"
         )
+        return
+    if series is not None and isinstance(created, dict):
+        name = (created.get("metadata") or {}).get("name")
+        if isinstance(name, str) and name:
+            posted = PostedEvent(namespace=namespace, name=name, count=1, seen=tick)
+            series.remember(key, posted, now=tick, window=window, max_size=max_size)
+
+
+async def _count_repeat(
+    api: APIClient,
+    posted: PostedEvent,
+    timestamp: str,
+    recent: RecentEvents,
+    log: Logger,
+) -> bool:
+    """Count one more occurrence on the Event ``posted``; ``False`` if it cannot be."""
+    path = f"/api/v1/namespaces/{posted.namespace}/events/{posted.name}"
+    count = posted.count + 1
+    patch = {"count": count, "lastTimestamp": timestamp}
+    try:
+        await api.request(
+            "PATCH", path, payload=patch, content_type="application/merge-patch+json", logger=log
+        )
+    except APINotFoundError:
+        return False  # deleted already (its TTL, or by someone): posted anew
+    except APIForbiddenError as exc:
+        recent.patch_denied = True
+        log.warning(
+            "Repeated events cannot be counted on the existing ones: patching events is not"
+            f" permitted ({exc.message}). They are posted as new events instead; grant the"
+            " 'patch' verb on events to the operator to have them counted."
+        )
+        return False
+    except APIClientError as exc:
+        log.debug(f"Could not count a repeated event on {path} ({exc!r}); posting it anew.")
+        return False
+    posted.count = count
+    return True

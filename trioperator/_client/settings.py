@@ -55,6 +55,26 @@ class NetworkingSettings:
     larger one is an error, not read any further); also the longest line of a watch stream
     (one event: a longer one ends the stream, which reconnects after a backoff)."""
 
+    qps: float | None = None
+    """The most requests per second the operator's API client starts (a token bucket, as
+    client-go's ``--kube-api-qps``), shared by all its workers, watchers and pollers; every
+    attempt counts, a watch once per connection (not per event). ``None`` (the default): no
+    limit, and nothing is counted. See docs/large-clusters.md for choosing a value."""
+
+    burst: int | None = None
+    """How many requests may go out at once above ``qps`` after a quiet time (the bucket's
+    size, as client-go's ``--kube-api-burst``); ``None``: one second's worth of ``qps``."""
+
+    retry_budget: float | None = 10.0
+    """The most retries per second of the client as a whole (all its requests together), once
+    ``retry_burst`` is spent: a retry due when the budget is empty waits for its share instead
+    of adding to the load of an API server that is failing already. The number of attempts of
+    each request stays as ``error_backoffs`` says; only their pace is bounded. ``None``: no
+    budget (each request retries on its own ramp, as Kopf does)."""
+
+    retry_burst: int = 100
+    """How many retries may go out at once before ``retry_budget`` paces them."""
+
     trust_env: bool = False
     """Honour ``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` and, for the proxy's credentials,
     ``.netrc`` from the environment."""
@@ -73,7 +93,26 @@ class NetworkingSettings:
             isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
         ):
             raise ValueError("backoff_jitter must be a number from 0 to 1.")
+        if name in ("qps", "retry_budget") and value is not None and not _is_rate(value):
+            raise ValueError(f"{name} must be a positive number (per second) or None.")
+        if name == "burst" and value is not None and not _is_count(value):
+            raise ValueError("burst must be a positive integer or None.")
+        if name == "retry_burst" and not _is_count(value):
+            raise ValueError("retry_burst must be a positive integer.")
         super().__setattr__(name, value)
+
+
+def _is_rate(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclasses.dataclass

@@ -7,7 +7,9 @@ The rules follow what the runtime actually requests, and nothing else:
 * resources of changing handlers, daemons and timers: ``patch`` too (progress, diff-base,
   finalizers, the handlers' own patches) and ``patch`` on ``<plural>/status`` when the resource
   has a status subresource (the status part of a patch goes there, or it would be dropped);
-* ``events``: ``create`` where the served objects live (posting is a plain POST);
+* ``events``: ``create`` where the served objects live (posting is a plain POST), and
+  ``patch`` unless ``settings.posting.aggregation_window`` is 0 (a repeated Event is counted
+  on the one posted before: ``count`` and ``lastTimestamp`` patched);
 * peering (unless standalone): ``list``, ``watch``, ``patch`` on ``kopfpeerings`` in each served
   namespace, or ``clusterkopfpeerings`` when serving the whole cluster;
 * observation: ``list`` + ``watch`` on CRDs (unless scanning is disabled) and, when serving
@@ -209,15 +211,16 @@ def required_permissions(
             scope(resource).add(resource.group, f"{resource.plural}/status", "patch")
 
     served = watching | indexing | changing | spawning
+    event_verbs = ("create", "patch") if settings.posting.aggregation_window > 0 else ("create",)
     if served:
         # Events are posted by handlers and by the framework about the objects it serves.
         if clusterwide:
-            cluster.add("", "events", "create")
+            cluster.add("", "events", *event_verbs)
         else:
             if any(resource.namespaced for resource in served):
-                local.add("", "events", "create")
+                local.add("", "events", *event_verbs)
             if any(not resource.namespaced for resource in served):
-                default_ns.add("", "events", "create")
+                default_ns.add("", "events", *event_verbs)
 
     if not settings.peering.standalone:
         if clusterwide:
@@ -263,7 +266,7 @@ def required_permissions(
     if EVENTS_FALLBACK_NAMESPACE in literal and default_ns:
         # The Role in "default" grants the events already.
         default_ns = _Grants()
-        local.add("", "events", "create")
+        local.add("", "events", *event_verbs)
     return Permissions(
         cluster=cluster.rules() + conversion_rules,
         namespaced=local.rules(),

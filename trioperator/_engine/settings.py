@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import warnings
 from typing import Any, TypeGuard
 
@@ -69,6 +70,28 @@ class PostingSettings:
 
     event_name_prefix: str = "kopf-event-"
     """The ``generateName`` of the posted events: the server appends a random suffix."""
+
+    aggregation_window: float = 600.0
+    """Beyond Kopf: an Event that repeats one posted less than this many seconds before (the
+    same object, type, reason and message) is not posted anew: the existing Event's ``count``
+    and ``lastTimestamp`` are patched, as ``kubectl describe`` shows them (``x5 over 10m``).
+    The window restarts with every repeat. 0 posts every Event as a new object, as Kopf does."""
+
+    aggregation_size: int = 4096
+    """The most distinct Events remembered for counting their repeats (the least recently
+    repeated are forgotten first: a repeat of one of those is posted anew)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "aggregation_window" and not (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+        ):
+            raise ValueError("aggregation_window must be a number of seconds, 0 or more.")
+        if name == "aggregation_size" and not _is_positive_integer(value):
+            raise ValueError("aggregation_size must be a positive integer.")
+        super().__setattr__(name, value)
 
 
 @dataclasses.dataclass

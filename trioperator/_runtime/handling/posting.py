@@ -41,6 +41,7 @@ from typing import Any, Final
 import trio
 
 from trioperator._client.api import APIClient
+from trioperator._client.event_series import RecentEvents
 from trioperator._client.events import post_event
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.handling.loggers import OBJECTS_LOGGER_NAME, level_word
@@ -310,11 +311,14 @@ async def run_poster(
     still queued (or in flight) is posted within ``drain_timeout`` seconds (+ up to
     :data:`CLOSING_POLL_INTERVAL` to notice it), and the rest is dropped with a warning.
     Cluster-scoped objects get their events in the ``default`` namespace (the only one the API
-    accepts for them; see :mod:`trioperator._client.events`).
+    accepts for them; see :mod:`trioperator._client.events`). Repeats of an Event within
+    ``settings.posting.aggregation_window`` are counted on it (``count``, ``lastTimestamp``)
+    instead of posted anew (see :mod:`trioperator._client.event_series`).
     """
     task_status.started()
     draining = trio.CancelScope()
     in_flight = 0
+    recent = RecentEvents()  # only this task posts: no locking
 
     def notice_closing() -> bool:
         if draining.deadline == math.inf and not _has_senders(receive):
@@ -335,7 +339,7 @@ async def run_poster(
                 async with trio.open_nursery() as nursery:
                     # Nothing wakes us when the queue closes during a slow request: look.
                     nursery.start_soon(_poll_closing, notice_closing)
-                    await _post_one(api, queued, settings)
+                    await _post_one(api, queued, settings, recent)
                     nursery.cancel_scope.cancel()
                 in_flight = 0
     finally:
@@ -361,6 +365,7 @@ async def _post_one(
     api: APIClient,
     queued: K8sEvent,
     settings: OperatorSettings,
+    recent: RecentEvents,
 ) -> None:
     if _is_about_events(queued.ref):
         return
@@ -377,6 +382,9 @@ async def _post_one(
             name_prefix=posting.event_name_prefix,
             now=clock.now(),
             logger=logger,
+            recent=recent,
+            window=posting.aggregation_window,
+            max_size=posting.aggregation_size,
         )
     except Exception as exc:
         # Client errors (4xx) are already logged and ignored by post_event; these are the

@@ -20,6 +20,13 @@ took longer (``_Durations``) is not waited for: the trio thread goes on at once,
 result comes through the inbox. A function counts as quick when its last call ran for less
 than half of ``QUICK_WAIT``.
 
+When every token of the limiter is taken and calls have to wait (more sync handlers at once than
+``settings.execution.max_workers``), that is logged: a warning when the first call has to wait,
+naming the setting to raise, and an info line when none waits any more, with how many waited
+and for how long (see ``_Saturation``). Once per such episode, and at most once per
+``SATURATION_WARNING_INTERVAL``: a limiter that fills up and drains again and again is one
+warning a minute, not one per handler. Only the calls that wait pay for it.
+
 What stays as in ``trio.to_thread.run_sync``: the function runs in a copy of the caller's
 context variables, with sniffio's "current async library" unset (there is no event loop in
 the thread); cancellation is checked before the thread starts; once it runs, a cancellation
@@ -40,8 +47,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -49,7 +58,14 @@ import outcome
 import sniffio
 import trio
 
-__all__ = ["QUICK_WAIT", "run_in_thread"]
+from trioperator._util.lognames import framework_logger
+
+__all__ = ["QUICK_WAIT", "SATURATION_WARNING_INTERVAL", "run_in_thread"]
+
+logger = framework_logger("kopf._core.actions.invocation", "trioperator.threads")
+
+SATURATION_WARNING_INTERVAL = 60.0
+"""The least time between two warnings that calls wait for a free thread (seconds)."""
 
 T = TypeVar("T")
 
@@ -75,14 +91,19 @@ async def run_in_thread(
     """
     await trio.lowlevel.checkpoint_if_cancelled()
     borrower = _Borrower()
+    run = _run_state()
     try:
         limiter.acquire_on_behalf_of_nowait(borrower)
     except trio.WouldBlock:
-        await limiter.acquire_on_behalf_of(borrower)  # all taken: wait, cancellably
+        saturation = run.saturation(limiter)
+        saturation.wait_starts(limiter)
+        try:
+            await limiter.acquire_on_behalf_of(borrower)  # all taken: wait, cancellably
+        finally:
+            saturation.wait_ends(limiter)
     task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
     context = contextvars.copy_context()
     context.run(sniffio.current_async_library_cvar.set, None)
-    run = _run_state()
     durations = run.durations
     in_place = known_as is not None and durations.quick(known_as)
     call = _Call(fn, context, in_place=in_place)
@@ -271,15 +292,72 @@ class _Inbox:
             report(result)
 
 
-class _RunState:
-    """What the calls of one trio run share: its token, their inbox, their functions' durations."""
+class _Saturation:
+    """The episodes of one limiter with every token taken and calls waiting for one.
 
-    __slots__ = ("durations", "inbox", "token")
+    An episode starts when a call has to wait and no other does, and ends when no call waits
+    any more (each got its token, or was cancelled). Its warning is skipped if the last one was
+    less than ``SATURATION_WARNING_INTERVAL`` ago, and then so is its end's info line.
+    """
+
+    __slots__ = ("_episode_start", "_last_warning", "_waited", "_waiting", "_warned")
+
+    def __init__(self) -> None:
+        self._waiting = 0
+        self._waited = 0
+        self._episode_start = 0.0
+        self._last_warning = -math.inf
+        self._warned = False
+
+    def wait_starts(self, limiter: trio.CapacityLimiter) -> None:
+        self._waiting += 1
+        self._waited += 1
+        if self._waiting > 1:
+            return
+        now = trio.current_time()
+        self._episode_start = now
+        self._waited = 1
+        self._warned = now - self._last_warning >= SATURATION_WARNING_INTERVAL
+        if self._warned:
+            self._last_warning = now
+            logger.warning(
+                f"Sync handlers wait for a free thread: all {limiter.total_tokens} are busy."
+                " Raise settings.execution.max_workers, or make the long-running handlers"
+                " async."
+            )
+
+    def wait_ends(self, limiter: trio.CapacityLimiter) -> None:
+        self._waiting -= 1
+        if self._waiting or not self._warned:
+            return
+        self._warned = False
+        lasted = trio.current_time() - self._episode_start
+        logger.info(
+            f"Sync handlers no longer wait for threads: {self._waited} call(s) waited for one"
+            f" of the {limiter.total_tokens} in the last {lasted:.3f}s."
+        )
+
+
+class _RunState:
+    """What the calls of one trio run share: its token, their inbox, their functions'
+    durations, and the saturation episodes of their limiters."""
+
+    __slots__ = ("_saturations", "durations", "inbox", "token")
 
     def __init__(self, token: trio.lowlevel.TrioToken) -> None:
         self.token = token
         self.inbox = _Inbox(token)
         self.durations = _Durations()
+        # By the limiter, without keeping it alive (an operator's limiter ends with it).
+        self._saturations: weakref.WeakKeyDictionary[trio.CapacityLimiter, _Saturation] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def saturation(self, limiter: trio.CapacityLimiter) -> _Saturation:
+        found = self._saturations.get(limiter)
+        if found is None:
+            found = self._saturations[limiter] = _Saturation()
+        return found
 
 
 _RUN_STATE: trio.lowlevel.RunVar[_RunState] = trio.lowlevel.RunVar("trioperator_threads")
