@@ -68,6 +68,10 @@ demo:
 check-wheel: cluster-up
     scripts/check-wheel
 
+# `trioperator new` from this checkout's wheel: scaffold projects, install them, run their tests (--image: build one's image too)
+scaffold-test *ARGS: cluster-up
+    scripts/scaffold-test {{ARGS}}
+
 # benchmarks against Kopf on the local kube-apiserver
 bench *ARGS:
     python benchmarks/run.py {{ARGS}}

@@ -1,7 +1,8 @@
 """The command line: ``trioperator run [FILES...] [-m MODULE...] [options]``, and
 ``trioperator freeze``/``resume`` to pause and resume the operators of a peering by hand, and
 ``trioperator rbac`` (the RBAC manifests the same handlers need), and ``trioperator crd``
-(the CustomResourceDefinitions of the typed resources' models, docs/typed-resources.md).
+(the CustomResourceDefinitions of the typed resources' models, docs/typed-resources.md), and
+``trioperator new NAME`` (a new operator project, trioperator/_kits/scaffold.py).
 
 Options follow Kopf's (``kopf run``); every option can also come from an environment variable
 ``TRIOPERATOR_<OPTION>`` (e.g. ``TRIOPERATOR_VERBOSE=true``). Wrong or conflicting options are
@@ -17,6 +18,7 @@ import logging
 import sys
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Annotated, Literal
 
 import cyclopts
@@ -668,6 +670,54 @@ def crd(
         ),
         end="",
     )
+    return 0
+
+
+@app.command
+def new(
+    name: str,
+    /,
+    *,
+    dir: Annotated[str, Parameter(name="--dir")] = ".",
+    group: str | None = None,
+    kind: str | None = None,
+    typed: Annotated[bool, Parameter(negative="--yaml")] = True,
+    force: Annotated[bool, Parameter(negative="")] = False,
+) -> int:
+    """Write a new operator project NAME: handlers, a CRD, tests, a Containerfile, manifests.
+
+    The project (``DIR/NAME``) holds the package NAME (with "-" as "_") with the operator
+    module, the CRD, tests on the fake API that pass as generated, manifests with RBAC generated
+    by ``trioperator rbac``, a Containerfile, a README and a Justfile.
+
+    Parameters
+    ----------
+    name
+        The project's name: lowercase letters, digits and "-" (it names the Python package,
+        the namespace, the service account and the image).
+    dir
+        The directory to make the project in.
+    group
+        The API group of the custom resource (default: NAME.example.com).
+    kind
+        The custom resource's kind, in CamelCase (default: from NAME, e.g. my-app: MyApp).
+    typed
+        Declare the resource as msgspec models and generate its CRD with ``trioperator crd``
+        (the default), or write the CRD as YAML (--yaml) and handle plain dicts.
+    force
+        Overwrite the project's files if they exist (other files are left alone).
+    """
+    from trioperator._kits.scaffold import ProjectOptions, ScaffoldError, write_project
+
+    options = ProjectOptions(
+        name=name, directory=Path(dir), group=group, kind=kind, typed=typed, force=force
+    )
+    try:
+        target = write_project(options)
+    except ScaffoldError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"Created the project {name} in {target}. Next:")
+    print(f"  cd {target} && pip install -e '.[test]' && pytest")
     return 0
 
 
