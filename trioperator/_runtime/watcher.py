@@ -39,9 +39,11 @@ from trioperator._client.watching import LISTED, WatchItem, stream_events
 from trioperator._engine.bodies import RawEvent
 from trioperator._engine.handlers import ReconcilingHandler, RelayingHandler
 from trioperator._engine.stoppers import DaemonStoppingReason
+from trioperator._engine.watch_selection import watch_selector
 from trioperator._runtime.contexts import ResourceContext
 from trioperator._runtime.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.daemon_spawning import new_keeper
+from trioperator._runtime.departures import is_departure, release_departed
 from trioperator._runtime.indexing import index_object
 from trioperator._runtime.loggers import ObjectLogger
 from trioperator._runtime.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
@@ -95,6 +97,12 @@ async def run_watcher(
     """
     settings = ctx.settings
     streams = ctx.streams
+    ctx.selection = watch_selector(settings.watching, ctx.registry, ctx.resource)
+    if ctx.selection is not None:
+        stream_logger.debug(
+            f"Watching {ctx.resource} in {ctx.namespace or '*'} with server-side selectors:"
+            f" labels={ctx.selection.labels!r}, fields={ctx.selection.fields!r}."
+        )
     send_events, receive_events = trio.open_memory_channel[WatchItem](STREAM_BUFFER)
     ctx.incoming = receive_events
     metrics = ctx.operator.metrics
@@ -249,6 +257,8 @@ async def _stream_unless_paused(
                     settings=ctx.settings.watching,
                     send=send,
                     health=ctx.health,
+                    label_selector=ctx.selection.labels if ctx.selection is not None else None,
+                    field_selector=ctx.selection.fields if ctx.selection is not None else None,
                 ),
                 name=f"stream {ctx.resource} {where}",
             )
@@ -291,6 +301,7 @@ async def _route(
     reconciler = ctx.reconciler
     relays = ctx.registry.get_handlers(RelayingHandler, ctx.resource)
     relayed_only = ctx.registry.is_relayed_only(ctx.resource)
+    selection = ctx.selection
     async with receive_events:
         in_a_row = 0
         while True:
@@ -333,6 +344,21 @@ async def _route(
                 continue  # another replica's object (sharding): not even indexed here
             if event["type"] is None:
                 listed.add(key)
+            elif (
+                selection is not None
+                and event["type"] == "DELETED"
+                and is_departure(ctx, event["object"])
+            ):
+                # Left the selection holding our finalizer (see departures.py). The event goes
+                # on as a deletion (the object's memory, daemons, index values go); the release
+                # runs beside the workers, so routing does not wait for its requests.
+                workers.start_soon(
+                    release_departed,
+                    ctx,
+                    selection,
+                    event["object"],
+                    name=f"release of a departed {ctx.resource} {key}",
+                )
             if relays:
                 await relay(ctx, relays, event)
                 if relayed_only:
