@@ -45,7 +45,7 @@ def test_equality_existence_and_absence_are_pushed_down() -> None:
 
 
 def test_the_deprecated_none_means_present() -> None:
-    with pytest.warns(DeprecationWarning):
+    with pytest.warns(DeprecationWarning, match="use kopf.PRESENT"):
         registry = _registry(_create(labels={"tier": None}))
     assert derive_label_selector(registry, KEX) == "tier"
 
