@@ -126,6 +126,7 @@ def run(
     id: Annotated[str | None, Parameter(name=["--id"])] = None,
     shards: Literal["auto", "off"] | None = None,
     shard_ring: str | None = None,
+    shard_mode: Literal["filter", "labels"] | None = None,
 ) -> int:
     """Run an operator: import the files and modules with its handlers, then serve them.
 
@@ -185,6 +186,11 @@ def run(
     shard_ring
         The ring's name (default "default"): replicas with the same name share the objects.
         Sets settings.sharding.ring.
+    shard_mode
+        filter (default): every replica watches every object and keeps its share. labels:
+        objects are labelled with a bucket once, and each replica watches only its buckets,
+        so the watch traffic divides by the replicas (docs/sharding.md).
+        Sets settings.sharding.mode.
     """
     namespaces = _namespaces(namespace, all_namespaces=all_namespaces)
     if standalone and peering is not None:
@@ -196,6 +202,8 @@ def run(
         raise UsageError("--shard-ring needs a name.")
     if shard_ring is not None and shards != "auto":
         raise UsageError("--shard-ring needs --shards auto.")
+    if shard_mode is not None and shards != "auto":
+        raise UsageError("--shard-mode needs --shards auto.")
     if id is not None and not id.strip():
         raise UsageError("--id needs a value.")
     if liveness is not None:
@@ -226,6 +234,8 @@ def run(
         settings.sharding.enabled = shards == "auto"
     if shard_ring is not None:
         settings.sharding.ring = shard_ring
+    if shard_mode is not None:
+        settings.sharding.mode = shard_mode
     operator = Operator(
         registry=registry,
         settings=settings,

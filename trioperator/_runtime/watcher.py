@@ -51,6 +51,7 @@ from trioperator._runtime.memories import ObjectMemory
 from trioperator._runtime.metrics import WatchCounts
 from trioperator._runtime.reconcile_state import Reconciler
 from trioperator._runtime.reconciling import observe, relay, run_timers
+from trioperator._runtime.shard_labelling import label_new_objects
 from trioperator._runtime.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.workers import run_worker
 from trioperator._util.lognames import framework_logger
@@ -246,8 +247,18 @@ async def _stream_unless_paused(
             stream_logger.debug(f"Resuming the watch-stream for {ctx.resource} {where}.")
             keeper.resume()
         # Read before the listing: a reassignment during it lists again.
-        generation = ctx.operator.shard.generation if ctx.operator.shard is not None else 0
+        shard = ctx.operator.shard
+        generation = shard.generation if shard is not None else 0
+        labels = ctx.selection.labels if ctx.selection is not None else None
+        if shard is not None and shard.divides_traffic:
+            # Only our buckets, as the view served now gives them (docs/sharding.md).
+            buckets = shard.selector()
+            labels = f"{labels},{buckets}" if labels else buckets
         async with trio.open_nursery() as nursery:
+            if shard is not None and shard.divides_traffic:
+                nursery.start_soon(
+                    label_new_objects, ctx, shard, name=f"shard labeller {ctx.resource} {where}"
+                )
             nursery.start_soon(
                 partial(
                     stream_events,
@@ -257,7 +268,7 @@ async def _stream_unless_paused(
                     settings=ctx.settings.watching,
                     send=send,
                     health=ctx.health,
-                    label_selector=ctx.selection.labels if ctx.selection is not None else None,
+                    label_selector=labels,
                     field_selector=ctx.selection.fields if ctx.selection is not None else None,
                 ),
                 name=f"stream {ctx.resource} {where}",
