@@ -176,10 +176,24 @@ def wait_handled(kubeconfig: str, namespace: str, prefix: str, count: int) -> fl
     return time.monotonic()
 
 
-def create(kubeconfig: str, namespace: str, prefix: str, count: int) -> subprocess.Popen[str]:
+def settle(replicas: list[Replica], quiet: float = 3.0, limit: float = 120.0) -> None:
+    """Wait until no replica has received a watch event for ``quiet`` seconds."""
+    deadline = time.monotonic() + limit
+    last = [replica.received()[0] for replica in replicas]
+    calm_since = time.monotonic()
+    while time.monotonic() - calm_since < quiet and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = [replica.received()[0] for replica in replicas]
+        if now != last:
+            last, calm_since = now, time.monotonic()
+
+
+def create(
+    kubeconfig: str, namespace: str, prefix: str, count: int, job: str = "create"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            *(sys.executable, str(HERE / "load.py"), "create", "--namespace", namespace),
+            *(sys.executable, str(HERE / "load.py"), job, "--namespace", namespace),
             *("--prefix", prefix, "--count", str(count), "--kubeconfig", kubeconfig),
         ],
         stdout=subprocess.DEVNULL,
@@ -235,6 +249,16 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
             for replica in replicas
         ]
         result["peak_rss_mib"] = max(rss for _, rss in usages)
+
+        # Changes of existing (handled, labelled) objects: two patches each, no handler runs.
+        settle(replicas)
+        before = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        create(args.kubeconfig, namespace, "burst", args.count, job="patch").wait()
+        settle(replicas)
+        after = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        result["change_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+        result["change_events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
+        result["change_bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
 
         if takeover and size > 1:
             loader = create(args.kubeconfig, namespace, "second", args.count)
@@ -315,6 +339,24 @@ def main() -> None:
             f"| {'/'.join(f'{cpu:.2f}' for cpu in result['burst_cpu'])} "
             f"| {per_object:.2f} | {result['cpu']:.1f} "
             f"| {result['peak_rss_mib']:.0f} |"
+        )
+    print(
+        f"\nThen two patches of each of the {args.count} objects (no handler runs; counted until"
+        " no replica receives anything for 3 s):\n"
+    )
+    print(
+        "| mode | replicas | watch events per replica | MiB read per replica "
+        "| CPU s per replica | total CPU ms per change |"
+    )
+    print("|---|---|---|---|---|---|")
+    for result in results:
+        per_change = sum(result["change_cpu"]) / (2 * args.count) * 1000
+        print(
+            f"| {result['mode']} | {result['replicas']} "
+            f"| {'/'.join(f'{events:.0f}' for events in result['change_events'])} "
+            f"| {'/'.join(f'{size / 2**20:.2f}' for size in result['change_bytes'])} "
+            f"| {'/'.join(f'{cpu:.2f}' for cpu in result['change_cpu'])} "
+            f"| {per_change:.2f} |"
         )
     for result in results:
         if "takeover_seconds" in result:
