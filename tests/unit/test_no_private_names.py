@@ -110,20 +110,17 @@ def test_the_package_uses_no_private_name_of_another_library() -> None:
         ("import h11._writers", ["import h11._writers"]),
         ("import h11._writers as w", ["import h11._writers"]),
         ("from h11._writers import write_request", ["from h11._writers import ..."]),
-        (
-            "from prometheus_client.metrics import _use_created",
-            ["from prometheus_client.metrics import _use_created"],
-        ),
+        ("from prometheus_client.metrics import _use_created", [
+            "from prometheus_client.metrics import _use_created"
+        ]),
         ("import h11\nh11._util.bytesify(b'')", ["h11._util"]),
         ("import trio\ntrio.lowlevel._private()", ["trio.lowlevel._private"]),
-        (
-            "from prometheus_client import metrics as m\nm._use_created",
-            ["prometheus_client.metrics._use_created"],
-        ),
-        (
-            "from prometheus_client import metrics\ngetattr(metrics, '_use_created', True)",
-            ["getattr(prometheus_client.metrics, '_use_created')"],
-        ),
+        ("from prometheus_client import metrics as m\nm._use_created", [
+            "prometheus_client.metrics._use_created"
+        ]),
+        ("from prometheus_client import metrics\ngetattr(metrics, '_use_created', True)", [
+            "getattr(prometheus_client.metrics, '_use_created')"
+        ]),
         ("import trio\ndef f():\n    import h11\n    return h11._writers", ["h11._writers"]),
     ],
 )
