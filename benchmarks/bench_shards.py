@@ -2,6 +2,7 @@
 
     python benchmarks/bench_shards.py [--count 300] [--replicas 1,2,3] [--delay 0.2]
                                       [--worker-limit 10] [--takeover] [--kubeconfig PATH]
+                                      [--modes filter,labels]
 
 Each replica runs ``trioperator run --shards auto`` as its own process, with the same per-replica
 worker limit (``settings.queueing.worker_limit``) and a creation handler that awaits ``--delay``
@@ -12,6 +13,13 @@ result. With ``--takeover``, the largest ring handles a second burst and one rep
 SIGKILLed once it has handled 5 of its share: the time from the kill until every object is handled.
 The replicas use short Leases (6 s, fenced after 4 s, 2 s margin), so the take-over is bounded
 by about 8 s plus a drain, a publication and a listing.
+
+``--modes``: the sharding modes to compare (``settings.sharding.mode``): ``filter`` (every
+replica watches every object) and ``labels`` (each watches its buckets only). For each replica,
+over the burst alone (from the first creation until every object is handled): the watch events
+it received (its ``trioperator_watch_events_total``, listings included), the bytes it read
+(``rchar`` of ``/proc/PID/io``: the API server's answers and watch streams, TLS included), and
+its CPU seconds; the total CPU of all replicas per object.
 
 Without ``--kubeconfig``, the shared local API server (``scripts/kube-up``) is used. Each run
 has its own namespace (objects and Leases), removed afterwards. Prints a Markdown table.
@@ -26,10 +34,12 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +76,16 @@ async def create_fn(**_):
 """
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Replica:
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], metrics: str) -> None:
         self.name = name
+        self.metrics = metrics
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
@@ -104,6 +121,19 @@ class Replica:
         status = Path(f"/proc/{pid}/status").read_text()
         match = re.search(r"VmHWM:\s+(\d+) kB", status)
         return cpu, (int(match.group(1)) / 1024 if match else 0.0)
+
+    def received(self) -> tuple[float, int]:
+        """Watch events received so far (listed objects included) and bytes read."""
+        with urllib.request.urlopen(self.metrics, timeout=10) as response:
+            text = response.read().decode()
+        events = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("trioperator_watch_events_total{") and "benchobjects" in line
+        )
+        io = Path(f"/proc/{self.process.pid}/io").read_text()
+        match = re.search(r"^rchar:\s+(\d+)", io, re.MULTILINE)
+        return events, int(match.group(1)) if match else 0
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -146,10 +176,24 @@ def wait_handled(kubeconfig: str, namespace: str, prefix: str, count: int) -> fl
     return time.monotonic()
 
 
-def create(kubeconfig: str, namespace: str, prefix: str, count: int) -> subprocess.Popen[str]:
+def settle(replicas: list[Replica], quiet: float = 3.0, limit: float = 120.0) -> None:
+    """Wait until no replica has received a watch event for ``quiet`` seconds."""
+    deadline = time.monotonic() + limit
+    last = [replica.received()[0] for replica in replicas]
+    calm_since = time.monotonic()
+    while time.monotonic() - calm_since < quiet and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = [replica.received()[0] for replica in replicas]
+        if now != last:
+            last, calm_since = now, time.monotonic()
+
+
+def create(
+    kubeconfig: str, namespace: str, prefix: str, count: int, job: str = "create"
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            *(sys.executable, str(HERE / "load.py"), "create", "--namespace", namespace),
+            *(sys.executable, str(HERE / "load.py"), job, "--namespace", namespace),
             *("--prefix", prefix, "--count", str(count), "--kubeconfig", kubeconfig),
         ],
         stdout=subprocess.DEVNULL,
@@ -157,7 +201,7 @@ def create(kubeconfig: str, namespace: str, prefix: str, count: int) -> subproce
     )
 
 
-def run_ring(args: argparse.Namespace, size: int, takeover: bool) -> dict[str, Any]:
+def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> dict[str, Any]:
     namespace = f"bench-shards-{secrets.token_hex(3)}"
     kubectl(args.kubeconfig, "create", "namespace", namespace)
     work = HERE / ".work" / "shards" / namespace
@@ -165,7 +209,7 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool) -> dict[str, A
     source = work / "operator.py"
     source.write_text(OPERATOR.format(worker_limit=args.worker_limit, delay=args.delay))
     replicas: list[Replica] = []
-    result: dict[str, Any] = {"replicas": size}
+    result: dict[str, Any] = {"replicas": size, "mode": mode}
     try:
         for index in range(size):
             name = f"r{index + 1}"
@@ -176,19 +220,26 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool) -> dict[str, A
                 "POD_NAMESPACE": namespace,
                 "SHARD_REPLICA": name,
             }
+            metrics = f"http://127.0.0.1:{_free_port()}/metrics"
             command = [sys.executable, "-m", "trioperator", "run", "--standalone", "-n", namespace]
-            command += ["--shards", "auto", "--id", name, str(source)]
-            replicas.append(Replica(name, command, env))
+            command += ["--shards", "auto", "--shard-mode", mode, "--metrics", metrics]
+            command += ["--id", name, str(source)]
+            replicas.append(Replica(name, command, env, metrics))
         deadline = time.monotonic() + 120
         while not all(r.seen(rf"among {size} member\(s\)") for r in replicas):
             if time.monotonic() > deadline:
                 raise RuntimeError("the ring did not form within 120 s")
             time.sleep(0.2)
 
+        before = [(replica.usage()[0], *replica.received()) for replica in replicas]
         started = time.monotonic()
         loader = create(args.kubeconfig, namespace, "burst", args.count)
         finished = wait_handled(args.kubeconfig, namespace, "burst", args.count)
         loader.wait()
+        after = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        result["burst_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+        result["events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
+        result["bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
         result["seconds"] = finished - started
         result["per_second"] = args.count / (finished - started)
         usages = [replica.usage() for replica in replicas]
@@ -198,6 +249,16 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool) -> dict[str, A
             for replica in replicas
         ]
         result["peak_rss_mib"] = max(rss for _, rss in usages)
+
+        # Changes of existing (handled, labelled) objects: two patches each, no handler runs.
+        settle(replicas)
+        before = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        create(args.kubeconfig, namespace, "burst", args.count, job="patch").wait()
+        settle(replicas)
+        after = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        result["change_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+        result["change_events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
+        result["change_bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
 
         if takeover and size > 1:
             loader = create(args.kubeconfig, namespace, "second", args.count)
@@ -236,6 +297,7 @@ def main() -> None:
     parser.add_argument("--worker-limit", type=int, default=10)
     parser.add_argument("--takeover", action="store_true")
     parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--modes", default="filter,labels")
     args = parser.parse_args()
     if args.kubeconfig is None:
         up = subprocess.run([str(ROOT / "scripts" / "kube-up")], capture_output=True, text=True)
@@ -249,28 +311,58 @@ def main() -> None:
     )
 
     sizes = [int(size) for size in args.replicas.split(",")]
-    results = [run_ring(args, size, args.takeover and size == max(sizes)) for size in sizes]
-    base = results[0]["per_second"]
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    results = [
+        run_ring(args, size, args.takeover and size == max(sizes), mode)
+        for mode in modes
+        for size in sizes
+    ]
     print(
         f"\n{args.count} objects, handler awaits {args.delay} s, "
         f"worker limit {args.worker_limit} per replica\n"
     )
     print(
-        "| replicas | seconds | objects/s | scaling | objects per replica "
-        "| CPU s (all) | peak RSS MiB (max) |"
+        "| mode | replicas | seconds | objects/s | scaling | objects per replica "
+        "| watch events per replica | MiB read per replica | CPU s per replica (burst) "
+        "| total CPU ms per object | CPU s (all, whole run) | peak RSS MiB (max) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
+        base = next(r for r in results if r["mode"] == result["mode"])["per_second"]
+        per_object = sum(result["burst_cpu"]) / args.count * 1000
         print(
-            f"| {result['replicas']} | {result['seconds']:.1f} | {result['per_second']:.1f} "
-            f"| {result['per_second'] / base:.2f}x | {'/'.join(map(str, result['shares']))} "
-            f"| {result['cpu']:.1f} "
+            f"| {result['mode']} | {result['replicas']} | {result['seconds']:.1f} "
+            f"| {result['per_second']:.1f} | {result['per_second'] / base:.2f}x "
+            f"| {'/'.join(map(str, result['shares']))} "
+            f"| {'/'.join(f'{events:.0f}' for events in result['events'])} "
+            f"| {'/'.join(f'{size / 2**20:.2f}' for size in result['bytes'])} "
+            f"| {'/'.join(f'{cpu:.2f}' for cpu in result['burst_cpu'])} "
+            f"| {per_object:.2f} | {result['cpu']:.1f} "
             f"| {result['peak_rss_mib']:.0f} |"
+        )
+    print(
+        f"\nThen two patches of each of the {args.count} objects (no handler runs; counted until"
+        " no replica receives anything for 3 s):\n"
+    )
+    print(
+        "| mode | replicas | watch events per replica | MiB read per replica "
+        "| CPU s per replica | total CPU ms per change |"
+    )
+    print("|---|---|---|---|---|---|")
+    for result in results:
+        per_change = sum(result["change_cpu"]) / (2 * args.count) * 1000
+        print(
+            f"| {result['mode']} | {result['replicas']} "
+            f"| {'/'.join(f'{events:.0f}' for events in result['change_events'])} "
+            f"| {'/'.join(f'{size / 2**20:.2f}' for size in result['change_bytes'])} "
+            f"| {'/'.join(f'{cpu:.2f}' for cpu in result['change_cpu'])} "
+            f"| {per_change:.2f} |"
         )
     for result in results:
         if "takeover_seconds" in result:
             print(
-                f"\nSIGKILL of one of {result['replicas']} replicas mid-burst (Leases of 6 s, "
+                f"\n{result['mode']}: SIGKILL of one of {result['replicas']} replicas mid-burst"
+                f" (Leases of 6 s, "
                 f"2 s margin): the survivors served the new ring "
                 f"{result.get('rebalanced_seconds', float('nan')):.1f} s after the kill; every "
                 f"object of the burst was handled {result['takeover_seconds']:.1f} s after it."

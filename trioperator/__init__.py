@@ -45,6 +45,7 @@ from trioperator._client.piggybacking import login_via_async_client as login_via
 from trioperator._client.piggybacking import login_via_client as login_via_client
 from trioperator._client.piggybacking import login_via_pykube as login_via_pykube
 from trioperator._client.resources import Resource as Resource
+from trioperator._client.settings import WatchSelector as WatchSelector
 from trioperator._engine.bodies import Annotations as Annotations
 from trioperator._engine.bodies import Body as Body
 from trioperator._engine.bodies import Labels as Labels
@@ -254,6 +255,7 @@ __all__ = [
     "TemporaryError",
     "UserInfo",
     "Vault",
+    "WatchSelector",
     "WebhookAutoServer",
     "WebhookAutoTunnel",
     "WebhookClientConfig",

@@ -129,6 +129,7 @@ def run(
     id: Annotated[str | None, Parameter(name=["--id"])] = None,
     shards: Literal["auto", "off"] | None = None,
     shard_ring: str | None = None,
+    shard_mode: Literal["filter", "labels"] | None = None,
 ) -> int:
     """Run an operator: import the files and modules with its handlers, then serve them.
 
@@ -188,6 +189,11 @@ def run(
     shard_ring
         The ring's name (default "default"): replicas with the same name share the objects.
         Sets settings.sharding.ring.
+    shard_mode
+        filter (default): every replica watches every object and keeps its share. labels:
+        objects are labelled with a bucket once, and each replica watches only its buckets,
+        so the watch traffic divides by the replicas (docs/sharding.md).
+        Sets settings.sharding.mode.
     """
     namespaces = _namespaces(namespace, all_namespaces=all_namespaces)
     _check_run_options(
@@ -195,6 +201,7 @@ def run(
         peering=peering,
         shards=shards,
         shard_ring=shard_ring,
+        shard_mode=shard_mode,
         id=id,
         liveness=liveness,
         metrics=metrics,
@@ -214,7 +221,9 @@ def run(
     load(paths or [], module or [], registry=registry)
     options = OperatorOptions(
         registry=registry,
-        settings=_run_settings(controls, shards=shards, shard_ring=shard_ring),
+        settings=_run_settings(
+            controls, shards=shards, shard_ring=shard_ring, shard_mode=shard_mode
+        ),
         vault=controls.vault,
         namespaces=namespaces,
         clusterwide=not namespaces,
@@ -239,6 +248,7 @@ def _check_run_options(
     peering: str | None,
     shards: Literal["auto", "off"] | None,
     shard_ring: str | None,
+    shard_mode: Literal["filter", "labels"] | None,
     id: str | None,
     liveness: str | None,
     metrics: str | None,
@@ -253,6 +263,8 @@ def _check_run_options(
         raise UsageError("--shard-ring needs a name.")
     if shard_ring is not None and shards != "auto":
         raise UsageError("--shard-ring needs --shards auto.")
+    if shard_mode is not None and shards != "auto":
+        raise UsageError("--shard-mode needs --shards auto.")
     if id is not None and not id.strip():
         raise UsageError("--id needs a value.")
     if liveness is not None:
@@ -268,7 +280,11 @@ def _check_run_options(
 
 
 def _run_settings(
-    controls: CLIControls, *, shards: Literal["auto", "off"] | None, shard_ring: str | None
+    controls: CLIControls,
+    *,
+    shards: Literal["auto", "off"] | None,
+    shard_ring: str | None,
+    shard_mode: Literal["filter", "labels"] | None,
 ) -> OperatorSettings:
     """The operator's settings: the runner's, or new ones; the sharding options written in."""
     settings = controls.settings if controls.settings is not None else OperatorSettings()
@@ -276,6 +292,8 @@ def _run_settings(
         settings.sharding.enabled = shards == "auto"
     if shard_ring is not None:
         settings.sharding.ring = shard_ring
+    if shard_mode is not None:
+        settings.sharding.mode = shard_mode
     return settings
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from trioperator._engine.sharding import Ring, lease_name
+from trioperator._engine.sharding import SHARD_LABEL, Ring, bucket_key, lease_name
 
 from tests.e2e.conftest import Kubectl, OperatorProcess
 
@@ -69,8 +69,16 @@ async def create_fn(name, **_):
 """
 
 
+@pytest.fixture(params=["filter", "labels"])
+def shard_mode(request: pytest.FixtureRequest) -> str:
+    """Both modes keep every guarantee: ``labels`` only changes what each replica receives."""
+    return str(request.param)
+
+
 @pytest.fixture
-def replicas(kubeconfig: Path, namespace: str, example_crd: None, tmp_path: Path) -> Iterator[Any]:
+def replicas(
+    kubeconfig: Path, namespace: str, example_crd: None, tmp_path: Path, shard_mode: str
+) -> Iterator[Any]:
     source = tmp_path / "sharded_operator.py"
     source.write_text(OPERATOR_SOURCE)
     started: dict[str, OperatorProcess] = {}
@@ -84,7 +92,8 @@ def replicas(kubeconfig: Path, namespace: str, example_crd: None, tmp_path: Path
             "SHARD_REPLICA": replica,
         }
         args = [sys.executable, "-m", "trioperator", "run", "--verbose", "--standalone"]
-        args += ["-n", namespace, "--shards", "auto", "--id", replica, str(source)]
+        args += ["-n", namespace, "--shards", "auto", "--shard-mode", shard_mode]
+        args += ["--id", replica, str(source)]
         process = OperatorProcess(args, env)
         started[replica] = process
         return process
@@ -142,7 +151,7 @@ def _wait_members(process: OperatorProcess, count: int, timeout: float = 60) -> 
 
 
 def test_three_replicas_handle_each_object_once_and_take_over_a_killed_ones(
-    replicas: Any, kubectl: Kubectl, namespace: str
+    replicas: Any, kubectl: Kubectl, namespace: str, shard_mode: str
 ) -> None:
     processes = {name: replicas(name) for name in ("r1", "r2", "r3")}
     for process in processes.values():
@@ -171,8 +180,11 @@ def test_three_replicas_handle_each_object_once_and_take_over_a_killed_ones(
     assert took < LEASE_DURATION + TAKEOVER_MARGIN + 10, took
 
     runs = _runs(processes)
+    # What each object is placed by: its uid, or (labels mode) the bucket in its label.
     uids = {
         item["metadata"]["name"]: item["metadata"]["uid"]
+        if shard_mode == "filter"
+        else bucket_key(item["metadata"]["labels"][SHARD_LABEL])
         for item in kubectl.get("kopfexamples", "-n", namespace)["items"]
     }
     ring = Ring(lease_name("default", replica) for replica in ("r1", "r2", "r3"))

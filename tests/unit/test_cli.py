@@ -36,6 +36,7 @@ def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int
         (["freeze", "-P", "p", "-t", "60", "-i", ""], "--id needs a non-empty identity"),
         (["resume", "-P", "p", "-n", "ns", "-A"], "Either --namespace or --all-namespaces"),
         (["run", "--shard-ring", "r", "x.py"], "--shard-ring needs --shards auto"),
+        (["run", "--shard-mode", "labels", "x.py"], "--shard-mode needs --shards auto"),
         (["run", "--shards", "auto", "--shard-ring", " ", "x.py"], "--shard-ring needs a name"),
         (["run", "--id", "", "x.py"], "--id needs a value"),
     ],
@@ -317,6 +318,18 @@ def test_sharding_options_reach_the_operator_settings(
     assert (operator.settings.sharding.enabled, operator.settings.sharding.ring) == (enabled, ring)
     if identity is not None:
         assert operator.identity == identity
+
+
+@pytest.mark.parametrize(("argv", "mode"), [
+    (["run", "--shards", "auto"], "filter"),
+    (["run", "--shards", "auto", "--shard-mode", "labels"], "labels"),
+    (["run", "--shards", "auto", "--shard-mode", "filter"], "filter"),
+])  # fmt: skip
+def test_the_shard_mode_reaches_the_operator_settings(
+    argv: list[str], mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    operator = _operator_from(argv, tmp_path, monkeypatch)
+    assert operator.settings.sharding.mode == mode
 
 
 def test_an_unknown_shards_mode_is_a_usage_error(capsys: Any) -> None:

@@ -115,9 +115,39 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+@dataclasses.dataclass(frozen=True)
+class WatchSelector:
+    """Server-side selectors for the listings and watches of one resource.
+
+    ``labels`` and ``fields`` are in the API server's syntax (``labelSelector``,
+    ``fieldSelector``), e.g. ``WatchSelector(labels="app=web,!legacy",
+    fields="status.phase=Running")``. Objects outside of them are never sent to the operator.
+    """
+
+    labels: str | None = None
+    fields: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("labels", "fields"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise ValueError(f"WatchSelector({name}=...) must be a non-empty string or None.")
+
+
 @dataclasses.dataclass
 class WatchingSettings:
     """How the list+watch streams behave."""
+
+    selectors: dict[str, WatchSelector | str] = dataclasses.field(default_factory=dict)
+    """Server-side selectors per resource (see docs/selectors.md): the key names a resource as
+    the CLI does (``"kopfexamples"``, ``"kopfexamples.kopf.dev"``, the kind ``"KopfExample"``),
+    or ``"*"`` for every resource without a key of its own; the value is a label selector, or a
+    :class:`WatchSelector` with labels and/or fields. Read when a watcher starts."""
+
+    derive_selectors: bool = True
+    """Send, as a label selector, the part of the handlers' ``labels=`` filters that every
+    handler of a resource shares and that a label selector expresses exactly (see
+    docs/selectors.md). Objects outside of it match no handler anyway."""
 
     server_timeout: float | None = None
     """``timeoutSeconds`` asked from the server for one watch request."""

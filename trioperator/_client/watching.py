@@ -166,6 +166,8 @@ async def stream_events(
     send: trio.MemorySendChannel[WatchItem],
     health: WatchHealth | None = None,
     logger: Logger | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """List and watch ``resource`` in ``namespace`` (``None``: cluster-wide) forever.
@@ -175,6 +177,9 @@ async def stream_events(
     can thus ``await nursery.start(...)`` and only then begin receiving, whatever the
     channel's buffer size. The objects, :data:`LISTED` and the events
     follow on the channel in order.
+
+    ``label_selector``/``field_selector`` go on the listings and the watches alike: the
+    server sends only the objects within them, and an object that leaves them as ``DELETED``.
 
     Escalates: :class:`WatchingError` (an ``ERROR`` event other than 410) and API errors that
     outlived the client's retries, except 429, redirects and unusable answers (protocol errors,
@@ -213,6 +218,8 @@ async def stream_events(
                     version = await api.list_pages(
                         resource,
                         namespace=namespace,
+                        label_selector=label_selector,
+                        field_selector=field_selector,
                         limit=LIST_PAGE_SIZE,
                         logger=logger,
                         on_page=forward,
@@ -224,8 +231,9 @@ async def stream_events(
                         started = True
                     await send.send(LISTED)
                 version, trouble = await _watch_once(
-                    api, resource, namespace, version, settings, send, health, log, what
-                )
+                    api, resource, namespace, version, settings, send, health, log, what,
+                    label_selector, field_selector,
+                )  # fmt: skip
             except APIGoneError:
                 log.debug(f"Watch-stream for {what} is gone (HTTP 410); listing again.")
                 version = None
@@ -289,6 +297,8 @@ async def _watch_once(
     health: WatchHealth,
     log: Logger,
     what: str,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
 ) -> tuple[str | None, APIProtocolError | None]:
     """Run one watch request from ``version``; return the version to resume from, and why the
     stream broke if it broke on an unusable answer (for the caller to back off).
@@ -311,7 +321,7 @@ async def _watch_once(
         try:
             async with api.stream(
                 resource.get_url(namespace=namespace),
-                params=_watch_params(version, settings),
+                params=_watch_params(version, settings, label_selector, field_selector),
                 connect_timeout=_connect_timeout(api, settings),
                 logger=log,
             ) as lines:
@@ -379,11 +389,20 @@ async def _watch_once(
     return version, None
 
 
-def _watch_params(version: str, settings: WatchingSettings) -> dict[str, str]:
-    """The query of a watch request from ``version``."""
+def _watch_params(
+    version: str,
+    settings: WatchingSettings,
+    label_selector: str | None,
+    field_selector: str | None,
+) -> dict[str, str]:
+    """The query of a watch request from ``version`` (and the server-side selectors, if any)."""
     params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": version}
     if settings.server_timeout is not None:
         params["timeoutSeconds"] = str(max(1, math.ceil(settings.server_timeout)))
+    if label_selector:
+        params["labelSelector"] = label_selector
+    if field_selector:
+        params["fieldSelector"] = field_selector
     return params
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import warnings
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 from trioperator._client.settings import NetworkingSettings, WatchingSettings
 from trioperator._engine.diffbase import DiffBaseStorage
@@ -158,6 +158,22 @@ class ShardingSettings:
     time for its fencing to finish what was running."""
     vnodes: int = 64
     """Virtual nodes per member on the hash ring."""
+    mode: Literal["filter", "labels"] = "filter"
+    """``filter``: every replica watches every object and drops the others' events itself.
+    ``labels``: objects carry their bucket in the label ``trioperator.dev/shard`` (set once, by
+    one replica), and each replica watches only its buckets with a server-side selector, so
+    the watch traffic divides by the replicas (docs/sharding.md)."""
+    buckets: int = 128
+    """Labels mode: how many buckets the objects are hashed into; the ring divides the buckets.
+    Changing it relabels nothing: keep it the same on every replica and over time."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Checked when set, so that a startup handler's typo fails there, not in the watchers.
+        if name == "mode" and value not in ("filter", "labels"):
+            raise ValueError(f"sharding.mode must be 'filter' or 'labels', not {value!r}.")
+        if name == "buckets" and not _is_positive_integer(value):
+            raise ValueError(f"sharding.buckets must be a positive integer, not {value!r}.")
+        super().__setattr__(name, value)
 
 
 # Kopf's per-object throttling ramp after unexpected errors; the last value repeats.

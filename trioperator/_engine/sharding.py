@@ -37,10 +37,15 @@ from typing import Any, Final
 __all__ = [
     "DEFAULT_VNODES",
     "DRAINED_ANNOTATION",
+    "LABELLER_KEY",
     "RING_LABEL",
+    "SHARD_LABEL",
     "Member",
     "Ring",
     "View",
+    "bucket_key",
+    "bucket_of",
+    "buckets_selector",
     "decode_drained",
     "encode_drained",
     "format_micro_time",
@@ -58,6 +63,13 @@ RING_LABEL: Final = "trioperator.dev/shard-ring"
 
 DRAINED_ANNOTATION: Final = "trioperator.dev/shard-drained"
 """The view a member has drained for, with a token unique to each publication (JSON)."""
+
+SHARD_LABEL: Final = "trioperator.dev/shard"
+"""With ``settings.sharding.mode = "labels"``: the object's bucket, set once by a replica and
+never changed by the framework (it is a function of the object's ring key)."""
+
+LABELLER_KEY: Final = "trioperator.dev/labeller"
+"""The ring key whose owner labels the ring's unlabelled objects (labels mode)."""
 
 _NAME_INVALID = re.compile(r"[^a-z0-9-]+")
 
@@ -77,6 +89,34 @@ def ring_key(body: Mapping[str, Any]) -> str:
     if isinstance(uid, str) and uid:
         return uid
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def bucket_of(body: Mapping[str, Any], buckets: int) -> str:
+    """The bucket of an object (labels mode): its ring key hashed into ``buckets`` buckets.
+
+    Owned objects share their owner's bucket, as they share its ring key. The value is what the
+    shard label holds: a decimal number, a valid label value.
+    """
+    return str(_hash(ring_key(body)) % buckets)
+
+
+def bucket_key(bucket: str) -> str:
+    """The ring key of a bucket: the buckets, not the objects, are placed on the ring."""
+    return f"bucket/{bucket}"
+
+
+def buckets_selector(buckets: Iterable[str], total: int) -> str:
+    """A label selector of the objects in ``buckets`` (out of ``total``).
+
+    All of them: any labelled object (shorter than naming every bucket). None: a value no
+    bucket has, so that the server sends nothing (an empty ``in ()`` is not valid syntax).
+    """
+    wanted = sorted(set(buckets), key=int)
+    if len(wanted) >= total:
+        return SHARD_LABEL
+    if not wanted:
+        return f"{SHARD_LABEL}=none"
+    return f"{SHARD_LABEL} in ({','.join(wanted)})"
 
 
 View = frozenset[str]

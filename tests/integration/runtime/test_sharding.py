@@ -14,7 +14,14 @@ import trio
 import trioperator as kopf
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._engine.settings import OperatorSettings
-from trioperator._engine.sharding import RING_LABEL, Ring, lease_name
+from trioperator._engine.sharding import (
+    RING_LABEL,
+    SHARD_LABEL,
+    Ring,
+    bucket_key,
+    bucket_of,
+    lease_name,
+)
 from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
 
@@ -442,3 +449,84 @@ async def test_owned_objects_go_with_their_owner_and_cluster_scoped_ones_are_sha
         assert handled["child", f"{name}-child"] == handled["parent", name]
     assert len({handled["parent", name][0] for name in parents}) == 3
     assert len({handled["namespace", name][0] for name in spaces}) == 3
+
+
+# ------------------------------------------------------------------ labels mode
+
+
+def _labels_settings() -> OperatorSettings:
+    settings = _settings()
+    settings.sharding.mode = "labels"
+    settings.sharding.buckets = 32
+    return settings
+
+
+def _bucket_owner(ring: Ring, body: dict[str, Any]) -> str | None:
+    return ring.owner(bucket_key(body["metadata"]["labels"][SHARD_LABEL]))
+
+
+async def test_labels_mode_labels_each_object_once_and_each_replica_watches_its_buckets(
+    autojump_clock: Any, start: Any, runs: list[Run], fake_api: FakeAPI
+) -> None:
+    replicas = [await start(name, _labels_settings()) for name in ("alpha", "beta", "gamma")]
+    names = _create(fake_api, 60)
+    await _until(lambda: set(_handled(runs)) == set(names))
+    await trio.sleep(30)  # nothing more comes
+    assert _handled(runs) == Counter({name: 1 for name in names})
+
+    ring = Ring(replica.lease for replica in replicas)
+    bodies = {obj["metadata"]["name"]: obj for obj in fake_api.objects("kopfexamples", "default")}
+    for run in runs:
+        body = bodies[run.name]
+        # The bucket is a function of the object, and its owner on the ring handled it.
+        assert body["metadata"]["labels"][SHARD_LABEL] == bucket_of(body, 32)
+        assert lease_name("default", run.replica) == _bucket_owner(ring, body)
+    assert {run.replica for run in runs} == {"alpha", "beta", "gamma"}
+
+    # Each replica's watches of the objects select its buckets (the last ones, once settled),
+    # and together they cover every bucket exactly once.
+    watches = [
+        request.query["labelSelector"]
+        for request in fake_api.requests
+        if request.path.endswith("/kopfexamples") and request.query.get("watch") == "true"
+    ]
+    selected = [selector for selector in watches if selector.startswith(f"{SHARD_LABEL} in (")]
+    assert selected, watches
+    assert all(
+        # Unlabelled ones (the labeller), none (not serving yet), all (alone), or some.
+        selector in (f"!{SHARD_LABEL}", f"{SHARD_LABEL}=none", SHARD_LABEL) or selector in selected
+        for selector in watches
+    )
+    last: dict[str, set[str]] = {}
+    for replica in replicas:
+        mine = {
+            str(bucket)
+            for bucket in range(32)
+            if ring.owner(bucket_key(str(bucket))) == replica.lease
+        }
+        assert f"{SHARD_LABEL} in ({','.join(sorted(mine, key=int))})" in selected
+        last[replica.name] = mine
+    assert sorted(b for mine in last.values() for b in mine) == sorted(map(str, range(32)))
+
+
+async def test_labels_mode_objects_created_while_members_join_and_leave_are_handled_once(
+    autojump_clock: Any, start: Any, runs: list[Run], fake_api: FakeAPI
+) -> None:
+    alpha = await start("alpha", _labels_settings())
+    names = _create(fake_api, 20, "early")
+    await start("beta", _labels_settings())
+    names += _create(fake_api, 20, "middle")
+    await trio.sleep(1)
+    await start("gamma", _labels_settings())
+    names += _create(fake_api, 20, "late")
+    await _until(lambda: set(_handled(runs)) == set(names))
+    await alpha.stop()  # a graceful leave: its buckets move to the others
+    names += _create(fake_api, 20, "after")
+    await _until(lambda: set(_handled(runs)) == set(names))
+    await trio.sleep(60)
+    assert _handled(runs) == Counter({name: 1 for name in names})
+    _assert_no_overlap(runs)
+    assert {run.replica for run in runs if run.name.startswith("after")} <= {"beta", "gamma"}
+    # Labels are written once and never moved: the same bucket as when first labelled.
+    for body in fake_api.objects("kopfexamples", "default"):
+        assert body["metadata"]["labels"][SHARD_LABEL] == bucket_of(body, 32)

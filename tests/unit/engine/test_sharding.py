@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from trioperator._engine.sharding import (
     DRAINED_ANNOTATION,
+    SHARD_LABEL,
     Ring,
+    bucket_key,
+    bucket_of,
+    buckets_selector,
     decode_drained,
     encode_drained,
     lease_body,
@@ -143,3 +148,24 @@ def test_a_lease_parses_back_into_its_member() -> None:
     assert member is not None
     assert member.duration == 30
     assert parse_member({"metadata": {}}, default_duration=30) is None
+
+
+def test_buckets_are_a_stable_function_of_the_ring_key() -> None:
+    owner = {"metadata": {"uid": "u-owner"}}
+    child = {
+        "metadata": {
+            "uid": "u-child",
+            "ownerReferences": [{"uid": "u-owner", "controller": True}],
+        }
+    }
+    assert bucket_of(owner, 128) == bucket_of(child, 128)  # children go with their owner
+    spread = Counter(bucket_of({"metadata": {"uid": f"u-{index}"}}, 8) for index in range(800))
+    assert set(spread) == {str(bucket) for bucket in range(8)}
+    assert all(60 <= count <= 140 for count in spread.values()), spread
+
+
+def test_bucket_selectors_name_some_all_or_none() -> None:
+    assert buckets_selector(["10", "2", "2"], 16) == f"{SHARD_LABEL} in (2,10)"
+    assert buckets_selector([str(bucket) for bucket in range(16)], 16) == SHARD_LABEL
+    assert buckets_selector([], 16) == f"{SHARD_LABEL}=none"
+    assert bucket_key("7") != "7"  # buckets and objects never share ring keys

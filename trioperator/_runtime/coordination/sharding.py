@@ -62,10 +62,15 @@ from trioperator._engine.indexing import Indexers
 from trioperator._engine.settings import OperatorSettings, ShardingSettings
 from trioperator._engine.sharding import (
     DRAINED_ANNOTATION,
+    LABELLER_KEY,
     RING_LABEL,
+    SHARD_LABEL,
     Member,
     Ring,
     View,
+    bucket_key,
+    bucket_of,
+    buckets_selector,
     encode_drained,
     format_micro_time,
     lease_body,
@@ -180,6 +185,11 @@ class Shard:
         """Whether we have held our Lease at all (else there is nothing to release)."""
         self._changed = trio.Event()
         self._reassigned = trio.Event()
+        self.divides_traffic = settings.sharding.mode == "labels"
+        """Labels mode: objects are placed by their bucket label, and the watchers select
+        only our buckets server-side (see :meth:`selector`)."""
+        self.buckets = settings.sharding.buckets
+        self._bucket_names = frozenset(str(bucket) for bucket in range(self.buckets))
 
     # ------------------------------------------------------------------ the filter
 
@@ -200,9 +210,49 @@ class Shard:
             for view in {self.serving, self.published, self.target}
         )
 
+    def placement(self, body: Mapping[str, Any]) -> str:
+        """The ring key an object is placed by: its own (filter mode), or its bucket's."""
+        if not self.divides_traffic:
+            return ring_key(body)
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        bucket = labels.get(SHARD_LABEL)
+        if bucket not in self._bucket_names:
+            # Not labelled yet, or by hand with something else: where its label will go.
+            bucket = bucket_of(body, self.buckets)
+        return bucket_key(bucket)
+
+    def selector(self) -> str:
+        """Labels mode: the label selector of the objects we may serve until the next
+        reassignment (our buckets in the view we serve; nothing while we serve none).
+
+        Always a superset of what :meth:`owns` admits: that needs ownership in the served view
+        too, and the watchers list again (with a new selector) whenever it changes to a view
+        that gives us more (``generation``).
+        """
+        view = None if self.fenced else self.serving
+        if view is None:
+            return buckets_selector((), self.buckets)
+        ring = self._ring(view)
+        mine = [
+            bucket for bucket in self._bucket_names if ring.owner(bucket_key(bucket)) == self.name
+        ]
+        return buckets_selector(mine, self.buckets)
+
+    def labels_new_objects(self) -> bool:
+        """Labels mode: whether we label the ring's unlabelled objects (one member does, as
+        the members it sees now place a fixed key; two at once during a change do no harm:
+        the label's value is a function of the object)."""
+        if self.fenced or not self.divides_traffic:
+            return False
+        return self._ring(self.target).owner(LABELLER_KEY) == self.name
+
+    async def wait_changed(self) -> None:
+        """Return at the next change of what we know of the ring (Leases seen, fencing)."""
+        await self._changed.wait()
+
     def admit(self, share: ShardShare, key: str, event: RawEvent) -> bool:
         """Whether the watcher routes this event to a worker; remembers what it admits."""
-        rkey = ring_key(event["object"])
+        rkey = self.placement(event["object"])
         if key in share.draining or not self.owns(rkey):
             # Still draining (ours again already, after a flap): the relisting that follows
             # the drain brings it back, to a new worker.

@@ -11,6 +11,7 @@ import trio
 
 from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
+from trioperator._client.settings import WatchSelector
 from trioperator._client.watching import WatchHealth, WatchItem
 from trioperator._engine.handlers import IndexingHandler
 from trioperator._engine.indexing import Index, Indexers
@@ -97,6 +98,9 @@ class ResourceContext:
     reconciler: Reconciler | None = None
     """Reconcile requests and bodies of this watcher's objects, if the resource has
     ``on.reconcile`` handlers (set by the watcher while it runs)."""
+    selection: WatchSelector | None = None
+    """The server-side selectors of this watcher's listings and watches (set by the watcher
+    when it starts; see _engine/watch_selection.py)."""
     workers_busy: int = 0
     """Workers processing their object now, not waiting for events or delays (metrics)."""
     backlog: Backlog = dataclasses.field(init=False)

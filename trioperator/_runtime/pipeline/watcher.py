@@ -54,6 +54,10 @@ from trioperator._runtime.objects.reconcile_state import Reconciler
 from trioperator._runtime.pipeline.reconciling import observe, relay, run_timers
 from trioperator._runtime.coordination.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.pipeline.workers import run_worker
+from trioperator._engine.watch_selection import watch_selector
+from trioperator._runtime.pipeline.departures import is_departure, release_departed
+from trioperator._runtime.handling.loggers import ObjectLogger
+from trioperator._runtime.pipeline.shard_labelling import label_new_objects
 from trioperator._util.lognames import framework_logger
 
 _OBJECTS_LOGGER = framework_logger(OBJECTS_LOGGER_NAME)
@@ -100,6 +104,12 @@ async def run_watcher(
     """
     settings = ctx.settings
     streams = ctx.streams
+    ctx.selection = watch_selector(settings.watching, ctx.registry, ctx.resource)
+    if ctx.selection is not None:
+        stream_logger.debug(
+            f"Watching {ctx.resource} in {ctx.namespace or '*'} with server-side selectors:"
+            f" labels={ctx.selection.labels!r}, fields={ctx.selection.fields!r}."
+        )
     send_events, receive_events = trio.open_memory_channel[WatchItem](STREAM_BUFFER)
     ctx.incoming = receive_events
     metrics = ctx.operator.metrics
@@ -243,8 +253,18 @@ async def _stream_unless_paused(
             stream_logger.debug(f"Resuming the watch-stream for {ctx.resource} {where}.")
             keeper.resume()
         # Read before the listing: a reassignment during it lists again.
-        generation = ctx.operator.shard.generation if ctx.operator.shard is not None else 0
+        shard = ctx.operator.shard
+        generation = shard.generation if shard is not None else 0
+        labels = ctx.selection.labels if ctx.selection is not None else None
+        if shard is not None and shard.divides_traffic:
+            # Only our buckets, as the view served now gives them (docs/sharding.md).
+            buckets = shard.selector()
+            labels = f"{labels},{buckets}" if labels else buckets
         async with trio.open_nursery() as nursery:
+            if shard is not None and shard.divides_traffic:
+                nursery.start_soon(
+                    label_new_objects, ctx, shard, name=f"shard labeller {ctx.resource} {where}"
+                )
             nursery.start_soon(
                 partial(
                     stream_events,
@@ -254,6 +274,8 @@ async def _stream_unless_paused(
                     settings=ctx.settings.watching,
                     send=send,
                     health=ctx.health,
+                    label_selector=labels,
+                    field_selector=ctx.selection.fields if ctx.selection is not None else None,
                 ),
                 name=f"stream {ctx.resource} {where}",
             )
@@ -296,6 +318,7 @@ async def _route(
     reconciler = ctx.reconciler
     relays = ctx.registry.get_handlers(RelayingHandler, ctx.resource)
     relayed_only = ctx.registry.is_relayed_only(ctx.resource)
+    selection = ctx.selection
     async with receive_events:
         in_a_row = 0
         while True:
@@ -338,6 +361,21 @@ async def _route(
                 continue  # another replica's object (sharding): not even indexed here
             if event["type"] is None:
                 listed.add(key)
+            elif (
+                selection is not None
+                and event["type"] == "DELETED"
+                and is_departure(ctx, event["object"])
+            ):
+                # Left the selection holding our finalizer (see departures.py). The event goes
+                # on as a deletion (the object's memory, daemons, index values go); the release
+                # runs beside the workers, so routing does not wait for its requests.
+                workers.start_soon(
+                    release_departed,
+                    ctx,
+                    selection,
+                    event["object"],
+                    name=f"release of a departed {ctx.resource} {key}",
+                )
             if relays:
                 await relay(ctx, relays, event)
                 if relayed_only:
