@@ -30,8 +30,8 @@ from trioperator._client.errors import (
 )
 from trioperator._client.settings import WatchSelector
 from trioperator._engine.finalizers import is_deletion_blocked
-from trioperator._runtime.pipeline.contexts import ResourceContext
 from trioperator._runtime.handling.loggers import ObjectLogger
+from trioperator._runtime.pipeline.contexts import ResourceContext
 
 __all__ = ["is_departure", "release_departed"]
 

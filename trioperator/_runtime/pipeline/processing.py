@@ -42,8 +42,6 @@ from trioperator._engine.reasons import TITLES, Reason
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import PersistenceSettings
 from trioperator._runtime.handling.applying import apply_patch
-from trioperator._runtime.pipeline.contexts import ResourceContext
-from trioperator._runtime.pipeline.daemon_spawning import settle_daemons
 from trioperator._runtime.handling.execution import (
     Execution,
     run_handler_once,

@@ -23,8 +23,8 @@ import trio
 from trioperator._client.errors import APIConnectionError, APIError, APINotFoundError
 from trioperator._client.watching import LISTED, RawWatchEvent, WatchItem, stream_events
 from trioperator._engine.sharding import SHARD_LABEL, bucket_of
-from trioperator._runtime.pipeline.contexts import ResourceContext
 from trioperator._runtime.coordination.sharding import Shard
+from trioperator._runtime.pipeline.contexts import ResourceContext
 
 __all__ = ["label_new_objects"]
 

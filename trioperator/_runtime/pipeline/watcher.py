@@ -41,23 +41,22 @@ from trioperator._client.watching import LISTED, WatchItem, stream_events
 from trioperator._engine.bodies import RawEvent
 from trioperator._engine.handlers import ReconcilingHandler, RelayingHandler
 from trioperator._engine.stoppers import DaemonStoppingReason
-from trioperator._runtime.pipeline.contexts import ResourceContext
-from trioperator._runtime.objects.daemon_keeper import DaemonsKeeper
-from trioperator._runtime.pipeline.daemon_spawning import new_keeper
-from trioperator._runtime.pipeline.indexing import index_object
+from trioperator._engine.watch_selection import watch_selector
+from trioperator._runtime.coordination.sharding import ShardShare, wait_paused_or_reassigned
 from trioperator._runtime.handling.loggers import OBJECTS_LOGGER_NAME, ObjectLogger
+from trioperator._runtime.objects.daemon_keeper import DaemonsKeeper
 from trioperator._runtime.objects.mailboxes import RETIREMENT_SLACK, IdleWorkers, Mailbox
 from trioperator._runtime.objects.memories import ObjectMemory
-from trioperator._runtime.support.metrics import WatchCounts
-from trioperator._runtime.pipeline.processing import log_noop
 from trioperator._runtime.objects.reconcile_state import Reconciler
-from trioperator._runtime.pipeline.reconciling import observe, relay, run_timers
-from trioperator._runtime.coordination.sharding import ShardShare, wait_paused_or_reassigned
-from trioperator._runtime.pipeline.workers import run_worker
-from trioperator._engine.watch_selection import watch_selector
+from trioperator._runtime.pipeline.contexts import ResourceContext
+from trioperator._runtime.pipeline.daemon_spawning import new_keeper
 from trioperator._runtime.pipeline.departures import is_departure, release_departed
-from trioperator._runtime.handling.loggers import ObjectLogger
+from trioperator._runtime.pipeline.indexing import index_object
+from trioperator._runtime.pipeline.processing import log_noop
+from trioperator._runtime.pipeline.reconciling import observe, relay, run_timers
 from trioperator._runtime.pipeline.shard_labelling import label_new_objects
+from trioperator._runtime.pipeline.workers import run_worker
+from trioperator._runtime.support.metrics import WatchCounts
 from trioperator._util.lognames import framework_logger
 
 _OBJECTS_LOGGER = framework_logger(OBJECTS_LOGGER_NAME)

@@ -25,11 +25,12 @@ import trio
 from trioperator._engine.bodies import RawBody, RawEvent
 from trioperator._engine.causes import is_deletion_ongoing
 from trioperator._engine.patches import Patch
-from trioperator._runtime.pipeline.contexts import ResourceContext
-from trioperator._runtime.pipeline.daemon_spawning import process_spawning
 from trioperator._runtime.handling.loggers import ObjectLogger
 from trioperator._runtime.objects.mailboxes import Mailbox
 from trioperator._runtime.objects.memories import ObjectMemory
+from trioperator._runtime.objects.reconcile_state import Reconciler
+from trioperator._runtime.pipeline.contexts import ResourceContext
+from trioperator._runtime.pipeline.daemon_spawning import process_spawning
 from trioperator._runtime.pipeline.processing import (
     CycleOutcome,
     apply_carried,
