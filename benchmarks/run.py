@@ -144,13 +144,11 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def proc_cpu_ns(pid: int) -> int | None:
-    """CPU time of a process in nanoseconds: the sum of its threads' run time as the scheduler
-    counts it (first field of /proc/PID/task/TID/schedstat), far finer than utime+stime's clock
-    ticks (10 ms with CLK_TCK=100). Threads that exited are no longer counted: use it over
-    windows in which the threads stay (an idle operator). None where the kernel has no
-    schedstat."""
-    total = 0
+def proc_threads_ns(pid: int) -> dict[str, int] | None:
+    """CPU time of each thread of a process in nanoseconds, as the scheduler counts it (the first
+    field of /proc/PID/task/TID/schedstat): far finer than utime+stime's clock ticks (10 ms with
+    CLK_TCK=100). None where the kernel has no schedstat."""
+    times: dict[str, int] = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -158,12 +156,22 @@ def proc_cpu_ns(pid: int) -> int | None:
     for tid in tasks:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as file:
-                total += int(file.read().split()[0])
+                times[tid] = int(file.read().split()[0])
         except FileNotFoundError:
             continue  # the thread has just exited
         except (OSError, ValueError, IndexError):
             return None
-    return total
+    return times
+
+
+def threads_ns_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> int | None:
+    """CPU nanoseconds between two snapshots of proc_threads_ns: per thread alive at the end,
+    its time since the first snapshot (all of it if it started in between). A thread that ended
+    in between takes its time in the window along (so: use it over idle windows, where the
+    threads stay); a sum of the threads' totals instead would drop by all its earlier time."""
+    if before is None or after is None:
+        return None
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items())
 
 
 def proc_memory(pid: int) -> dict[str, float]:
@@ -1498,13 +1506,12 @@ class Bench:
             result["restart_s"] = quiet_at - spawned
             result["restart_cpu_s"] = quiet_cpu
             result["restart_rss_mib"] = proc_memory(process.pid).get("VmHWM")
-            idle0, idle0_ns = proc_cpu(process.pid), proc_cpu_ns(process.pid)
+            idle0, threads0 = proc_cpu(process.pid), proc_threads_ns(process.pid)
             await trio.sleep(idle)
             idle_cpu = proc_cpu(process.pid) - idle0
-            idle1_ns = proc_cpu_ns(process.pid)
             # The same window counted in the scheduler's nanoseconds: an idle operator spends a
             # few clock ticks per minute, so the ticks alone say 0 or 10 ms (#33 item 3).
-            idle_ns = idle1_ns - idle0_ns if idle0_ns is not None and idle1_ns is not None else None
+            idle_ns = threads_ns_delta(threads0, proc_threads_ns(process.pid))
             m1 = await self.api.metrics()
             memory = proc_memory(process.pid)
             calls = metrics_delta(m1, m0)

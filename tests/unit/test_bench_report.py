@@ -262,3 +262,24 @@ def test_wrong_run_options_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         run.parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_cpu_of_threads_counts_each_thread_since_the_first_snapshot() -> None:
+    before = {"1": 5_000_000, "2": 100_000_000}
+    after = {"1": 6_000_000, "3": 2_000_000}  # thread 2 ended, thread 3 started in between
+    # 1 ms of thread 1 and all 2 ms of the new thread; the ended thread's 100 ms are not
+    # subtracted (as a sum of the totals would: 8 - 105 ms)
+    assert run.threads_ns_delta(before, after) == 3_000_000
+    assert run.threads_ns_delta(None, after) is None
+
+
+def test_cpu_of_this_process_threads_grows_with_work() -> None:
+    import os
+
+    before = run.proc_threads_ns(os.getpid())
+    if before is None:
+        pytest.skip("this kernel has no /proc/PID/task/TID/schedstat")
+    sum(i * i for i in range(200_000))  # a few ms of CPU
+    delta = run.threads_ns_delta(before, run.proc_threads_ns(os.getpid()))
+    assert delta is not None
+    assert delta > 0
