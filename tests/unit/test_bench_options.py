@@ -31,7 +31,7 @@ def test_the_top_open_loop_rate_is_repeated_three_times_by_default() -> None:
     assert [p for p in plan() if p.startswith("open loop")] == [
         "open loop 2400 at 40/s x 2",
         "open loop 2400 at 120/s x 2",
-        "open loop 2400 at 160/s x 3",
+        "open loop 2400 at 160/s x 3 (+ raw client)",  # the floor of #33
     ]
 
 
