@@ -11,7 +11,7 @@ import trio
 from trio.testing import MockClock
 from trioperator._client.api import APIClient
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import Request, Response
+from trioperator._runtime.support.httpserver import Request, Response
 
 
 def arrivals(server: object) -> list[float]:

@@ -15,7 +15,7 @@ from trio.testing import MockClock
 from trioperator._client.api import APIClient
 from trioperator._client.errors import APIServerError
 from trioperator._client.settings import NetworkingSettings
-from trioperator._runtime.httpserver import Request, Response
+from trioperator._runtime.support.httpserver import Request, Response
 
 API_LOGGER = "trioperator._client.api"
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 from trioperator._engine.settings import OperatorSettings
-from trioperator._runtime.posting import info, warn
+from trioperator._runtime.handling.posting import info, warn
 from trioperator.testing import FakeAPI
 
 BODY: dict[str, Any] = {

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 import trioperator as kopf
 from trio.testing import MockClock
-from trioperator._runtime.threads import SATURATION_WARNING_INTERVAL, run_in_thread
+from trioperator._runtime.handling.threads import SATURATION_WARNING_INTERVAL, run_in_thread
 
 LOGGER = "trioperator.threads"
 WAITING = "Sync handlers wait for a free thread"
