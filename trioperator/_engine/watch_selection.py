@@ -12,10 +12,12 @@ Two sources, combined with AND (the API server's selectors are conjunctions):
   still checked for every event).
 
 Not derived when some handler of the resource has no exact label requirement in common with the
-others, nor when ``on.event`` handlers watch the resource: the API server reports an object that
-leaves a selection as ``DELETED``, which such a handler would then receive, where without the
-selector it would not have been called at all (the object no longer matched it). A configured
-selector applies regardless: the user chose to narrow the operator's view.
+others, nor when ``on.event`` handlers, daemons or timers serve the resource: the API server
+reports an object that leaves a selection as ``DELETED``, which an ``on.event`` handler would
+then receive (without the selector it would not have been called: the object no longer matched
+it), and which would stop a daemon with ``RESOURCE_DELETED`` instead of Kopf's
+``FILTERS_MISMATCH``. A configured selector applies regardless: the user chose to narrow the
+operator's view.
 
 Pure: computed once per watcher start from the registry and the settings.
 """
@@ -114,8 +116,8 @@ def derive_label_selector(registry: OperatorRegistry, resource: Resource) -> str
         handlers.extend(registry.get_handlers(kind, resource))
     if not handlers:
         return None
-    if any(isinstance(handler, WatchingHandler) for handler in handlers):
-        return None  # see the module's docstring: on.event would see departures as deletions
+    if any(isinstance(handler, WatchingHandler | SpawningHandler) for handler in handlers):
+        return None  # see the module's docstring: departures would look like deletions
     common: frozenset[Requirement] | None = None
     for handler in handlers:
         own = label_requirements(handler.labels)

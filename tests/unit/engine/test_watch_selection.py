@@ -51,18 +51,28 @@ def test_the_deprecated_none_means_present() -> None:
 
 
 def test_every_kind_of_handler_must_share_the_requirement() -> None:
+    def index(registry: OperatorRegistry) -> Any:
+        return kopf.index("kopfexamples", registry=registry, labels={"app": "web"})
+
+    def unfiltered_index(registry: OperatorRegistry) -> Any:
+        return kopf.index("kopfexamples", registry=registry)  # no labels: sees everything
+
+    shared = [_create(labels={"app": "web"}), _delete(labels={"app": "web"}), index]
+    assert derive_label_selector(_registry(*shared), KEX) == "app=web"
+    assert derive_label_selector(_registry(*shared, unfiltered_index), KEX) is None
+
+
+def test_daemons_and_timers_disable_the_derivation() -> None:
+    # A departure (DELETED) would stop them as RESOURCE_DELETED, not FILTERS_MISMATCH.
     def daemon(registry: OperatorRegistry) -> Any:
         return kopf.daemon("kopfexamples", registry=registry, labels={"app": "web"})
 
     def timer(registry: OperatorRegistry) -> Any:
         return kopf.timer("kopfexamples", registry=registry, interval=1, labels={"app": "web"})
 
-    def index(registry: OperatorRegistry) -> Any:
-        return kopf.index("kopfexamples", registry=registry)  # no labels: sees everything
-
-    shared = [_create(labels={"app": "web"}), _delete(labels={"app": "web"}), daemon, timer]
-    assert derive_label_selector(_registry(*shared), KEX) == "app=web"
-    assert derive_label_selector(_registry(*shared, index), KEX) is None
+    create = _create(labels={"app": "web"})
+    assert derive_label_selector(_registry(create, daemon), KEX) is None
+    assert derive_label_selector(_registry(create, timer), KEX) is None
 
 
 def test_only_the_common_exact_part_is_pushed_down() -> None:
