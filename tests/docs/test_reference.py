@@ -130,12 +130,18 @@ def test_the_documented_environment_variables_set_the_options(
 
 
 def _required(command: object) -> list[str]:
-    """Values for the options without a default (freeze's --peering and --lifetime)."""
+    """Values for the options without a default (freeze's --peering and --lifetime) and for
+    the positionals (new's NAME; run's files take one too, harmlessly: nothing is run)."""
     args: list[str] = []
+    positionals: list[str] = []
     for option in command.options:  # type: ignore[attr-defined]
-        if not option.default and option.names[0].startswith("-"):
+        if option.default:
+            continue
+        if option.names[0].startswith("-"):
             args += [option.names[0], "5" if option.type == "int" else "x"]
-    return args
+        else:
+            positionals.append("x")
+    return [*positionals, *args]
 
 
 # ------------------------------------------------------------------------------ environment
