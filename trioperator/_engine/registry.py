@@ -177,6 +177,9 @@ class OperatorRegistry:
         self._labels_only: dict[
             Resource, tuple[Sequence[BaseHandler], Sequence[BaseHandler], bool]
         ] = {}
+        # Per resource: the changing handlers the answer was computed from, and whether one of
+        # them has no filter at all (then every object is in scope: no per-object check).
+        self._unfiltered: dict[Resource, tuple[Sequence[BaseHandler], bool]] = {}
 
     def __repr__(self) -> str:
         counts = ", ".join(
@@ -438,6 +441,35 @@ class OperatorRegistry:
                 continue
             selected.append(handler)
         return _select_matching(selected, body=body, kwargs=kwargs)
+
+    def changing_unfiltered(self, resource: Resource) -> bool:
+        """Whether some resource-changing handler of the resource has no filter at all (labels,
+        annotations, field, ``when``): then every object is in their scope. Cached."""
+        handlers = self.get_handlers(ChangingHandler, resource)
+        cached = self._unfiltered.get(resource)
+        if cached is None or cached[0] is not handlers:
+            unfiltered = any(
+                not handler.labels
+                and not handler.annotations
+                and handler.field is None
+                and handler.when is None
+                for handler in handlers
+            )
+            cached = self._unfiltered[resource] = (handlers, unfiltered)
+        return cached[1]
+
+    def prematch_changing(self, *, resource: Resource, body: Any, kwargs: KwargsSource) -> bool:
+        """Whether some resource-changing handler of the resource takes this object in, by its
+        current state alone (labels, annotations, field values, ``when``; no change checks).
+
+        As in Kopf, an object that none of them takes in is not handled at all ("stealth
+        mode"): no cause is handled or logged, no diff-base or progress is stored, so when it
+        starts to match later, that is its creation.
+        """
+        if self.changing_unfiltered(resource):
+            return True
+        handlers = self.get_handlers(ChangingHandler, resource)
+        return any(prematch(handler, body=body, kwargs=kwargs) for handler in handlers)
 
     def requires_finalizer(
         self,

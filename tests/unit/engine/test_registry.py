@@ -565,3 +565,26 @@ def test_partial_subhandlers_are_named_after_the_function() -> None:
     parent = changing(id="parent")
     handler = build_subhandler(functools.partial(fn1, item=1), parent=parent)
     assert handler.id == "parent/fn1"
+
+
+# ----------------------------------------------------------------- prematching (stealth mode)
+
+
+def test_prematch_changing_takes_in_only_objects_that_some_filter_accepts() -> None:
+    registry = OperatorRegistry()
+    registry.append(changing(labels={"app": "x"}))
+    registry.append(changing(fn=fn2, when=lambda spec, **_: spec.get("on") == "yes"))
+    assert not registry.changing_unfiltered(KEX)
+    assert not registry.prematch_changing(resource=KEX, body=body(), kwargs={"spec": {}})
+    assert registry.prematch_changing(resource=KEX, body=body(labels={"app": "x"}), kwargs={})
+    on = {"on": "yes"}
+    assert registry.prematch_changing(resource=KEX, body=body(spec=on), kwargs={"spec": on})
+
+
+def test_an_unfiltered_changing_handler_takes_in_every_object_once_registered() -> None:
+    registry = OperatorRegistry()
+    registry.append(changing(labels={"app": "x"}))
+    assert not registry.prematch_changing(resource=KEX, body=body(), kwargs={})
+    registry.append(changing(fn=fn2))  # registered after the first answer was cached
+    assert registry.changing_unfiltered(KEX)
+    assert registry.prematch_changing(resource=KEX, body=body(), kwargs={})

@@ -30,7 +30,7 @@ def keyword_names(fn: Callable[..., Any]) -> set[str]:
     ("entry", "extras"),
     [
         (kopf.Operator, set()),
-        (kopf.run, set()),
+        (kopf.run, EMBEDDING_EXTRAS),
         (kopf.operator, EMBEDDING_EXTRAS),
         (kopf.spawn_tasks, EMBEDDING_EXTRAS),
     ],

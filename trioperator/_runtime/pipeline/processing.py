@@ -359,6 +359,15 @@ async def _process_changing_cause(
         finalizer=persistence.finalizer,
     )
     initial = cause_initial(reason, initial)
+    cause: ChangingCause | None = None
+    if not registry.changing_unfiltered(resource):
+        # Kopf's "stealth mode": an object that none of the filtered handlers takes in is not
+        # handled at all (nothing logged, no diff-base stored), so when it starts to match
+        # later, that is its creation. Unfiltered handlers (the usual case) skip this check.
+        made = _changing_cause(ctx, body, patch, memory, logger, reason, initial, diff, old, new)
+        if not registry.prematch_changing(resource=resource, body=body, kwargs=lambda: made.kwargs):
+            return None, False
+        cause = made
     if reason is Reason.NOOP:
         log_noop(logger)
         return None, True
@@ -369,19 +378,8 @@ async def _process_changing_cause(
         logger.debug("Deleted, really deleted, and we are notified.")
         return None, False
 
-    cause = ChangingCause(
-        logger=logger,
-        memo=memory.memo,
-        indices=ctx.operator.indices,
-        resource=resource,
-        patch=patch,
-        body=body,
-        reason=reason,
-        initial=initial,
-        diff=diff,
-        old=old,
-        new=new,
-    )
+    if cause is None:
+        cause = _changing_cause(ctx, body, patch, memory, logger, reason, initial, diff, old, new)
     handlers = registry.iter_changing_handlers(
         resource=resource,
         reason=reason,
@@ -416,6 +414,33 @@ async def _process_changing_cause(
             # Not again when the daemons are done (the records say so too, after a restart).
             memory.deletion_handled = True
     return delay, done and reason is not Reason.DELETE
+
+
+def _changing_cause(
+    ctx: ResourceContext,
+    body: Body,
+    patch: Patch,
+    memory: ObjectMemory,
+    logger: Logger,
+    reason: Reason,
+    initial: bool,
+    diff: Diff,
+    old: Any,
+    new: Any,
+) -> ChangingCause:
+    return ChangingCause(
+        logger=logger,
+        memo=memory.memo,
+        indices=ctx.operator.indices,
+        resource=ctx.resource,
+        patch=patch,
+        body=body,
+        reason=reason,
+        initial=initial,
+        diff=diff,
+        old=old,
+        new=new,
+    )
 
 
 def _essences(

@@ -196,6 +196,10 @@ async def operator(
         ready_flag,
         stop_flag,
     )
+    await _run_spawned(tasks)
+
+
+async def _run_spawned(tasks: Sequence[OperatorTask]) -> None:
     if len(tasks) == 1 and not in_asyncio():
         await tasks[0]()  # the plain case: no nursery, the operator's own errors as they are
     else:
@@ -210,6 +214,8 @@ def run(
     vault: Vault | None = None,
     namespaces: Collection[str] = (),
     clusterwide: bool = False,
+    ready_flag: Flag | None = None,
+    stop_flag: Flag | None = None,
     handle_signals: bool = True,
     standalone: bool | None = None,
     priority: int | None = None,
@@ -219,30 +225,37 @@ def run(
     metrics_endpoint: str | None = None,
     async_flavor: FlavorSetting | None = None,
 ) -> None:
-    """Run an operator in a trio run of its own; SIGINT/SIGTERM stop it gracefully.
+    """Run an operator in a trio run of its own until it stops; the options are those of
+    :func:`operator`.
 
-    The options are those of :func:`operator`.
+    SIGINT/SIGTERM stop it gracefully when it runs in the main thread (signals reach no other;
+    there, as in Kopf, they are left alone, and ``stop_flag`` stops it). ``ready_flag`` and
+    ``stop_flag`` are as for :func:`operator`; across threads, use a ``threading.Event`` or a
+    ``concurrent.futures.Future`` (an asyncio flag is raised and checked from this thread, so
+    it must not be awaited in a loop of another thread).
     """
-    trio.run(
-        Operator.from_options(
-            OperatorOptions(
-                registry=registry,
-                settings=settings,
-                memo=memo,
-                vault=vault,
-                namespaces=namespaces,
-                clusterwide=clusterwide,
-                standalone=standalone,
-                priority=priority,
-                peering_name=peering_name,
-                identity=identity,
-                liveness_endpoint=liveness_endpoint,
-                metrics_endpoint=metrics_endpoint,
-                handle_signals=handle_signals,
-                async_flavor=async_flavor,
-            )
-        ).main
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    tasks = _spawn(
+        OperatorOptions(
+            registry=registry,
+            settings=settings,
+            memo=memo,
+            vault=vault,
+            namespaces=namespaces,
+            clusterwide=clusterwide,
+            standalone=standalone,
+            priority=priority,
+            peering_name=peering_name,
+            identity=identity,
+            liveness_endpoint=liveness_endpoint,
+            metrics_endpoint=metrics_endpoint,
+            handle_signals=handle_signals and in_main_thread,
+            async_flavor=async_flavor,
+        ),
+        ready_flag,
+        stop_flag,
     )
+    trio.run(_run_spawned, tasks)
 
 
 def _spawn(

@@ -1,0 +1,107 @@
+"""Objects that none of the filtered change handlers takes in are left alone (Kopf's "stealth
+mode"), so that when they start to match, that is their creation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trioperator as kopf
+
+DIFFBASE = "kopf.zalando.org/last-handled-configuration"
+FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"
+
+
+async def test_unmatched_object_is_untouched_then_created_when_it_matches(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    ran: list[str] = []
+    events: list[str] = []
+
+    # An unfiltered on.event handler: the operator sees every object (no label selector on
+    # the watch), so the change handlers' filters decide client-side.
+    @kopf.on.event("kopfexamples", registry=registry)
+    def spied(type: str, **_: Any) -> None:
+        events.append(type)
+
+    @kopf.on.create("kopfexamples", labels={"app": "x"}, registry=registry)
+    def created(**_: Any) -> None:
+        ran.append("create")
+
+    @kopf.on.update("kopfexamples", labels={"app": "x"}, registry=registry)
+    def updated(**_: Any) -> None:
+        ran.append("update")
+
+    @kopf.on.delete("kopfexamples", labels={"app": "x"}, registry=registry)
+    def deleted(**_: Any) -> None:
+        ran.append("delete")
+
+    running = await run_operator()
+    running.create()
+    await trio.sleep(30)
+    metadata = running.obj()["metadata"]
+    assert events  # seen, yet not handled
+    assert ran == []
+    assert running.writes() == []
+    assert DIFFBASE not in (metadata.get("annotations") or {})
+    assert "finalizers" not in metadata
+
+    running.patch({"metadata": {"labels": {"app": "x"}}})
+    await running.wait_for(lambda: ran != [])
+    await running.wait_for(lambda: DIFFBASE in (running.obj()["metadata"].get("annotations") or {}))
+    await trio.sleep(30)
+    assert ran == ["create"]
+    assert running.obj()["metadata"]["finalizers"] == [FINALIZER]
+
+
+async def test_object_that_stops_matching_keeps_no_finalizer_and_is_not_handled(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    ran: list[str] = []
+
+    @kopf.on.update("kopfexamples", labels={"app": "x"}, registry=registry)
+    def updated(**_: Any) -> None:
+        ran.append("update")
+
+    @kopf.on.delete("kopfexamples", labels={"app": "x"}, registry=registry)
+    def deleted(**_: Any) -> None:
+        ran.append("delete")
+
+    running = await run_operator()
+    running.create(labels={"app": "x"})
+    await running.wait_for(lambda: running.obj()["metadata"].get("finalizers") == [FINALIZER])
+    await running.wait_for(lambda: DIFFBASE in (running.obj()["metadata"].get("annotations") or {}))
+
+    running.patch({"metadata": {"labels": {"app": None}}, "spec": {"field": "changed"}})
+    await running.wait_for(lambda: not running.obj()["metadata"].get("finalizers"))
+    await trio.sleep(30)
+    running.delete()
+    await running.wait_for(lambda: not running.exists())
+    assert ran == []
+
+
+async def test_when_filter_sees_the_cause_kwargs(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    seen: list[tuple[str, bool]] = []
+
+    def interesting(reason: str, spec: Any, **_: Any) -> bool:
+        seen.append((reason, spec.get("field") == "wanted"))
+        return bool(spec.get("field") == "wanted")
+
+    ran: list[str] = []
+
+    @kopf.on.create("kopfexamples", when=interesting, registry=registry)
+    def created(**_: Any) -> None:
+        ran.append("create")
+
+    running = await run_operator()
+    running.create()
+    await trio.sleep(30)
+    assert ran == []
+    assert running.writes() == []
+    assert ("create", False) in seen
+
+    running.patch({"spec": {"field": "wanted"}})
+    await running.wait_for(lambda: ran != [])
+    assert ran == ["create"]
