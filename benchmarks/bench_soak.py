@@ -568,6 +568,7 @@ async def soak_main(args: argparse.Namespace, kubeconfig: str, server_pids: dict
             BENCH_STATE_FILE=str(Path(work) / "operator-state.json"),
             BENCH_WATCH_TIMEOUT=str(args.watch_timeout),
             BENCH_PROBE_S=str(min(10.0, args.sample_s)),
+            BENCH_TRACEMALLOC_DIR=args.tracemalloc_dir or "",
         )
         process = await run.spawn(argv, env=env, log_path=work / "operator.log")
         run.log(f"operator pid {process.pid}; namespace {namespace}; logs in {work}")
@@ -660,6 +661,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bg-churn-s", type=float, default=30.0)
     parser.add_argument("--watch-timeout", type=float, default=180.0, help="seconds")
     parser.add_argument("--sample-s", type=float, default=10.0)
+    parser.add_argument(
+        "--tracemalloc-dir",
+        default=None,
+        help="dump the operator's tracemalloc snapshots here every 2 minutes "
+        "(slows it down; compare them with benchmarks/soak_snapshots.py)",
+    )
     parser.add_argument("--warmup-min", type=float, default=10.0)
     parser.add_argument("--kube-port", type=int, default=18643)
     parser.add_argument("--kube-dir", default=f"/tmp/trioperator-soak-kube.{os.getuid()}")

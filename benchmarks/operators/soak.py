@@ -14,14 +14,20 @@
 trioperator only (the soak measures one operator's behaviour over time, not a comparison).
 """
 
+import gc
 import json
 import os
 import time
+import tracemalloc
 
 import trio
 import trioperator as kopf
 
 STATE_FILE = os.environ.get("BENCH_STATE_FILE", "")
+# With a directory, the probe also dumps a tracemalloc snapshot there every SNAPSHOT_S seconds
+# (benchmarks/soak_snapshots.py compares them): is a growth of RSS retained Python objects?
+SNAPSHOT_DIR = os.environ.get("BENCH_TRACEMALLOC_DIR", "")
+SNAPSHOT_S = 120.0
 PROBE_S = float(os.environ.get("BENCH_PROBE_S", "10"))
 WATCH_TIMEOUT = float(os.environ.get("BENCH_WATCH_TIMEOUT", "180"))
 RESOURCE = ("bench.trioperator.dev", "v1", "benchobjects")
@@ -100,6 +106,15 @@ async def idle_timer(**_):
 
 @kopf.daemon(*RESOURCE, labels={"soak-probe": "yes"})
 async def probe(stopped, **_):
+    if SNAPSHOT_DIR:
+        tracemalloc.start(25)
+    snapshots = 0
+    last_snapshot = time.monotonic()
     while not stopped:
         report()
+        if SNAPSHOT_DIR and time.monotonic() - last_snapshot >= SNAPSHOT_S:
+            last_snapshot = time.monotonic()
+            gc.collect()
+            tracemalloc.take_snapshot().dump(f"{SNAPSHOT_DIR}/snapshot-{snapshots:03d}.bin")
+            snapshots += 1
         await stopped.wait(PROBE_S)
