@@ -426,7 +426,15 @@ def test_kopf_example(
 
 @pytest.fixture
 def default_namespace_objects(kubectl: Kubectl) -> Iterator[None]:
-    """12-embedded works in the namespace "default" (hard-coded): leave nothing behind there."""
+    """12-embedded works in the namespace "default" (hard-coded): leave nothing behind there.
+
+    It also watches the whole cluster and gives each object one second between its creation
+    and its deletion: the objects of earlier tests' namespaces that are still being deleted
+    would all come first in its listing. So it starts once they are gone (at most 60 s).
+    """
+    deadline = time.monotonic() + 60
+    while kubectl.get("kopfexamples", "-A").get("items") and time.monotonic() < deadline:
+        time.sleep(0.5)
     yield
     for step in range(3):
         name = f"kopf-example-{step}"
