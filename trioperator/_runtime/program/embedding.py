@@ -37,7 +37,7 @@ from trioperator._engine.flavors import FlavorSetting
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.handling.asyncio_bridge import HostLoop, in_asyncio, use_host_loop
-from trioperator._runtime.program.operator import Operator
+from trioperator._runtime.program.operator import Operator, single_error
 from trioperator._runtime.program.options import OperatorOptions
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ async def run_tasks(
             for task in tasks:
                 nursery.start_soon(_first_to_end, task, nursery.cancel_scope, name=repr(task))
     except BaseExceptionGroup as group:
-        raise _single(group) from None
+        raise single_error(group) from None
 
 
 async def operator(
@@ -335,13 +335,6 @@ async def _first_to_end(task: Callable[[], Awaitable[None]], scope: trio.CancelS
         await task()
     finally:
         scope.cancel()
-
-
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _trio_is_running() -> bool:

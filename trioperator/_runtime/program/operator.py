@@ -231,7 +231,7 @@ class Operator:
                 handlers=self._all_handlers,
             )
         except BaseExceptionGroup as group:
-            raise _single(group) from None
+            raise single_error(group) from None
 
     def _all_handlers(self) -> list[BaseHandler]:
         """What may run in this operator: the registry's handlers, or the fallback logins."""
@@ -280,7 +280,7 @@ class Operator:
             except BaseExceptionGroup as group:
                 # Callers (the CLI, embedders) get the operator's own error, e.g. the startup's
                 # ActivityError, not the nurseries' wrapping of it.
-                raise _single(group) from None
+                raise single_error(group) from None
 
     async def _run(
         self,
@@ -642,7 +642,7 @@ async def _watch_signals(
             stop_flag.set()
 
 
-def _single(group: BaseExceptionGroup[BaseException]) -> BaseException:
+def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """The only error inside nested one-error groups (the nursery tree wraps each failure)."""
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
