@@ -445,15 +445,15 @@ class Api:
         Objects with daemons or timers carry their framework's finalizer, and no operator runs
         any more to remove it: the finalizers are stripped here (concurrently: thousands).
         A deletecollection of 10,000 objects may outlast the API server's own request timeout
-        (504) while it goes on deleting; it is repeated while objects without a deletion mark
-        remain."""
+        (504, or 500 "context deadline exceeded" from etcd) while it goes on deleting; it is
+        repeated while objects without a deletion mark remain."""
         path = collection_path(namespace)
         with trio.move_on_after(within) as scope:
             await self.call("DELETE", f"/api/v1/namespaces/{namespace}/events", ok=(200, 404, 504))
             delete = True
             while True:
                 if delete:
-                    await self.call("DELETE", path, ok=(200, 404, 504), request_timeout=120)
+                    await self.call("DELETE", path, ok=(200, 404, 500, 504), request_timeout=120)
                 data = await self.call("GET", path, ok=(200, 404), params={"limit": "500"})
                 items = data.get("items", [])
                 if not items:
