@@ -24,7 +24,8 @@ from trioperator._client.errors import APIConnectionError, APIProtocolError, API
 from trioperator._client.http import HTTPSession
 from trioperator._client.settings import NetworkingSettings
 from trioperator._client.transport import requests
-from trioperator._client.transport.origins import Origin
+from trioperator._client.transport.origins import TLS_SESSION_REFRESH, Origin
+from trioperator._client.transport.tls_stream import TLSStream
 
 # A handler gets the connection's number and a request reader; it answers and returns True to
 # keep the connection for the next request, or False to close it.
@@ -657,6 +658,60 @@ async def test_tls_new_connections_resume_the_servers_last_session(
     assert statuses == [200] * 5
     assert server.connections == 5
     assert resumed == [False, True, True, False, True]
+
+
+async def test_tls_session_is_read_once_for_a_burst_of_connections_and_again_when_old(
+    autojump_clock: MockClock, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reading a session out of a connection costs about a handshake (the ssl module copies it
+    # through its serialized form): connections that resumed the kept one do not replace it.
+    ca = trustme.CA()
+    resumed: list[bool] = []
+    waiting: list[trio.Event] = []
+    burst = 4
+
+    async def handler(number: int, stream: trio.SocketStream, read: Reader) -> bool:
+        if await read() is None:
+            return False
+        resumed.append(stream.session_reused)  # type: ignore[attr-defined]  # an SSLStream
+        if 2 <= number <= 1 + burst:  # the burst: all its connections open at once
+            arrived = trio.Event()
+            waiting.append(arrived)
+            if len(waiting) == burst:
+                for event in waiting:
+                    event.set()
+            await arrived.wait()
+        await stream.send_all(ok(b"{}", b"Connection: close"))  # each request: a new connection
+        return False
+
+    reads: list[bool] = []
+    original = TLSStream.resumable_session
+
+    def counted(self: TLSStream) -> ssl.SSLSession | None:
+        reads.append(True)
+        return original(self)
+
+    monkeypatch.setattr(TLSStream, "resumable_session", counted)
+    server = await start_tls(nursery, handler, ca)
+    http = tls_session(server, ca)
+    statuses: list[int] = []
+
+    async def get(path: str) -> None:
+        statuses.append((await http.request("GET", path)).status)
+
+    try:
+        await get("/first")
+        async with trio.open_nursery() as requests_:
+            for i in range(burst):
+                requests_.start_soon(get, f"/burst/{i}")
+        assert len(reads) == 1  # the first connection's session, kept; the burst resumed it
+        autojump_clock.jump(TLS_SESSION_REFRESH + 1)
+        await get("/later")
+    finally:
+        await http.aclose()
+    assert statuses == [200] * (burst + 2)
+    assert resumed == [False] + [True] * (burst + 1)
+    assert len(reads) == 2  # the kept session had grown old: the later connection's replaced it
 
 
 async def test_tls_answers_of_many_records_small_and_large_then_keep_alive(

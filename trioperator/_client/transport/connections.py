@@ -29,12 +29,13 @@ READ_SIZE: Final = 65536
 class Connection:
     """One HTTP/1.1 connection: a trio stream, and the request in flight (for error messages)."""
 
-    __slots__ = ("_poller", "idle_since", "stream", "ticket_due", "what")
+    __slots__ = ("_poller", "idle_since", "opened", "stream", "ticket_due", "what")
 
     def __init__(self, stream: trio.abc.Stream, *, ticket_due: bool = False) -> None:
         self.stream = stream
         self._poller: select.poll | None = None  # for stale()
         self.idle_since = 0.0
+        self.opened = trio.current_time()
         self.what = ""  # the request in flight, for error messages
         # A new TLS connection to the origin itself (a TLSStream), whose session ticket is
         # still to be kept for the next ones (see Origin.tls_session).

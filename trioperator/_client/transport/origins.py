@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import base64
+import math
 import ssl
+from typing import Final
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["Origin", "Proxy"]
+__all__ = ["TLS_SESSION_REFRESH", "Origin", "Proxy"]
+
+TLS_SESSION_REFRESH: Final = 600.0
+"""Seconds after which the kept TLS session is replaced by a new connection's: well within the
+lifetime of a ticket (the API server's Go TLS takes tickets for up to 7 days, and rotates its
+ticket keys daily)."""
 
 
 class Proxy:
@@ -66,6 +73,7 @@ class Origin:
         "target_base",
         "tls",
         "tls_session",
+        "tls_session_since",
     )
 
     def __init__(
@@ -106,3 +114,24 @@ class Origin:
         # connections in a burst, and each watch reconnects now and then. A ticket the server
         # no longer takes only costs the full handshake it would have been anyway.
         self.tls_session: ssl.SSLSession | None = None
+        # When it was kept (trio's clock). Reading a session out of a connection is not free:
+        # the ssl module copies it through its serialized form, certificates included, which
+        # costs about as much as a handshake. So it is read only when there is none, when the
+        # last one was refused, or when it is getting old (see ticket_wanted).
+        self.tls_session_since = -math.inf
+
+    def ticket_wanted(self, resumed: bool, now: float) -> bool:
+        """Whether a new connection's session is to be kept for the next ones.
+
+        ``resumed``: whether its handshake resumed the session offered. A refused offer means
+        the server no longer takes it (a restart, rotated keys): the new session replaces it.
+        """
+        return (
+            self.tls_session is None
+            or not resumed
+            or now - self.tls_session_since > TLS_SESSION_REFRESH
+        )
+
+    def keep_session(self, session: ssl.SSLSession, now: float) -> None:
+        self.tls_session = session
+        self.tls_session_since = now

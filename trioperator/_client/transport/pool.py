@@ -275,12 +275,20 @@ class TransportPool:
     def _release(self, conn: Connection, reader: ResponseReader) -> None:
         if conn.ticket_due:
             # After a whole answer, a TLS 1.3 server's tickets (sent after the handshake) have
-            # been read: keep the newest for the next connections, even if this one closes.
+            # been read: keep the newest for the next connections, even if this one closes --
+            # unless one opened at the same time (a burst) has done so since.
             conn.ticket_due = False
             stream = conn.stream
-            session = stream.resumable_session() if isinstance(stream, TLSStream) else None
-            if session is not None:
-                self.origin.tls_session = session
+            origin = self.origin
+            now = trio.current_time()
+            if (
+                isinstance(stream, TLSStream)
+                and origin.tls_session_since <= conn.opened
+                and origin.ticket_wanted(stream.resumed, now)
+            ):
+                session = stream.resumable_session()
+                if session is not None:
+                    origin.keep_session(session, now)
         # Not reusable: the server will close it, the body's end was the connection's, or
         # bytes came after the response (the server is confused; they must not become the
         # start of the next response).
@@ -319,7 +327,7 @@ class TransportPool:
                             tcp, origin.ssl_context, origin.server_name, session=origin.tls_session
                         )
                         stream.read_ahead = self.read_ahead
-                        ticket_due = True
+                        ticket_due = origin.ticket_wanted(stream.resumed, trio.current_time())
                     else:
                         # TLS inside the TLS to a proxy: no socket of its own, so trio's stream.
                         inner = trio.SSLStream(

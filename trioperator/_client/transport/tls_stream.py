@@ -183,6 +183,11 @@ class TLSStream(trio.abc.Stream):
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self.socket)
 
+    @property
+    def resumed(self) -> bool:
+        """Whether the handshake resumed the session offered (no certificates exchanged)."""
+        return bool(self.socket.session_reused)
+
     def resumable_session(self) -> ssl.SSLSession | None:
         """The session, if the server gave a ticket (or an id) to resume it with."""
         session = self.socket.session
