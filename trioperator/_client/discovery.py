@@ -42,6 +42,7 @@ __all__ = [
     "DiscoveryScope",
     "GroupVersion",
     "core_group_versions",
+    "group_version_resources",
     "in_scope",
     "list_core_versions",
     "list_group_versions",
@@ -136,6 +137,18 @@ def named_group_versions(
     return found
 
 
+def group_version_resources(
+    listing: APIResourceList, group_version: GroupVersion
+) -> list[Resource]:
+    """The resources of the resource list of ``group_version``."""
+    return resources_from_list(
+        listing,
+        group=group_version.group,
+        version=group_version.version,
+        preferred=group_version.preferred,
+    )
+
+
 async def scan_group_version(
     api: APIClient, group_version: GroupVersion, *, logger: Logger | None = None
 ) -> list[Resource]:
@@ -152,12 +165,7 @@ async def scan_group_version(
     except msgspec.DecodeError as exc:
         log.warning(f"Skipping {path} in the resource discovery: malformed response: {exc}")
         return []
-    return resources_from_list(
-        listing,
-        group=group_version.group,
-        version=group_version.version,
-        preferred=group_version.preferred,
-    )
+    return group_version_resources(listing, group_version)
 
 
 def _decoded(decode: Callable[[bytes], _T], response: HTTPResponse, path: str) -> _T:

@@ -15,8 +15,8 @@ import msgspec
 from trioperator._client.discovery import (
     GroupVersion,
     core_group_versions,
+    group_version_resources,
     named_group_versions,
-    resources_from_list,
 )
 from trioperator._client.errors import APIProtocolError
 from trioperator._client.resources import Resource
@@ -93,12 +93,7 @@ def resources_of(body: bytes, group_version: GroupVersion) -> list[Resource]:
         listing = decode_api_resource_list(body)
     except msgspec.DecodeError:
         return []
-    return resources_from_list(
-        listing,
-        group=group_version.group,
-        version=group_version.version,
-        preferred=group_version.preferred,
-    )
+    return group_version_resources(listing, group_version)
 
 
 def choose(matching: Matching, resources: Sequence[Resource], described: str) -> Resource | None:
