@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeAlias
 
 import cyclopts
 import trio
@@ -69,6 +69,17 @@ app = App(
 
 LogFormat = Literal["full", "plain", "json"]
 
+# The spelling of the options that several commands share, written once.
+Switch: TypeAlias = Annotated[bool, Parameter(negative="")]
+"""An on/off flag without a ``--no-`` form."""
+Modules: TypeAlias = Annotated[list[str] | None, Parameter(name=["-m", "--module"])]
+Namespaces: TypeAlias = Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])]
+AllNamespaces: TypeAlias = Annotated[bool, Parameter(name=["-A", "--all-namespaces"], negative="")]
+Verbose: TypeAlias = Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")]
+Debug: TypeAlias = Annotated[bool, Parameter(name=["-d", "--debug"], negative="")]
+Quiet: TypeAlias = Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")]
+Identity: TypeAlias = Annotated[str | None, Parameter(name=["-i", "--id"])]
+
 FREEZE_PRIORITY = 100
 """Kopf's default priority of a freeze: above every operator that runs without --priority."""
 
@@ -108,20 +119,18 @@ def run(
     paths: list[str] | None = None,
     /,
     *,
-    module: Annotated[list[str] | None, Parameter(name=["-m", "--module"])] = None,
-    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
-    all_namespaces: Annotated[
-        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
-    ] = False,
-    standalone: Annotated[bool, Parameter(negative="")] = False,
+    module: Modules = None,
+    namespace: Namespaces = None,
+    all_namespaces: AllNamespaces = False,
+    standalone: Switch = False,
     peering: Annotated[str | None, Parameter(name=["--peering", "-P"])] = None,
     priority: Annotated[int | None, Parameter(name=["--priority", "-p"])] = None,
-    dev: Annotated[bool, Parameter(negative="")] = False,
+    dev: Switch = False,
     liveness: Annotated[str | None, Parameter(name=["-L", "--liveness"])] = None,
     metrics: str | None = None,
-    verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
-    debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
-    quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
     log_format: LogFormat = "full",
     log_prefix: Annotated[bool | None, Parameter(name="--log-prefix")] = None,
     log_refkey: str = "object",
@@ -323,17 +332,15 @@ def freeze(
     *,
     peering: Annotated[str, Parameter(name=["--peering", "-P"])],
     lifetime: Annotated[int, Parameter(name=["--lifetime", "-t"])],
-    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
-    all_namespaces: Annotated[
-        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
-    ] = False,
-    id: Annotated[str | None, Parameter(name=["-i", "--id"])] = None,
+    namespace: Namespaces = None,
+    all_namespaces: AllNamespaces = False,
+    id: Identity = None,
     priority: Annotated[int, Parameter(name=["--priority", "-p"])] = FREEZE_PRIORITY,
-    dev: Annotated[bool, Parameter(negative="")] = False,
+    dev: Switch = False,
     message: Annotated[str | None, Parameter(name=["-m", "--message"])] = None,
-    verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
-    debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
-    quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
 ) -> int:
     """Pause the operators of a peering (Kopf's or trioperator's) for a while.
 
@@ -385,14 +392,12 @@ def freeze(
 def resume(
     *,
     peering: Annotated[str, Parameter(name=["--peering", "-P"])],
-    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
-    all_namespaces: Annotated[
-        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
-    ] = False,
-    id: Annotated[str | None, Parameter(name=["-i", "--id"])] = None,
-    verbose: Annotated[bool, Parameter(name=["-v", "--verbose"], negative="")] = False,
-    debug: Annotated[bool, Parameter(name=["-d", "--debug"], negative="")] = False,
-    quiet: Annotated[bool, Parameter(name=["-q", "--quiet"], negative="")] = False,
+    namespace: Namespaces = None,
+    all_namespaces: AllNamespaces = False,
+    id: Identity = None,
+    verbose: Verbose = False,
+    debug: Debug = False,
+    quiet: Quiet = False,
 ) -> int:
     """Lift a freeze: remove the record that `freeze` wrote (from here, or with the same --id).
 
@@ -537,14 +542,12 @@ def rbac(
     paths: list[str] | None = None,
     /,
     *,
-    module: Annotated[list[str] | None, Parameter(name=["-m", "--module"])] = None,
-    namespace: Annotated[list[str] | None, Parameter(name=["-n", "--namespace"])] = None,
-    all_namespaces: Annotated[
-        bool, Parameter(name=["-A", "--all-namespaces"], negative="")
-    ] = False,
+    module: Modules = None,
+    namespace: Namespaces = None,
+    all_namespaces: AllNamespaces = False,
     crd: Annotated[list[str] | None, Parameter(name="--crd")] = None,
-    discover: Annotated[bool, Parameter(negative="")] = False,
-    standalone: Annotated[bool, Parameter(negative="")] = False,
+    discover: Switch = False,
+    standalone: Switch = False,
     shards: Literal["auto", "off"] = "off",
     shard_namespace: str | None = None,
     managed_webhooks: bool = True,
@@ -644,7 +647,7 @@ def crd(
     paths: list[str] | None = None,
     /,
     *,
-    module: Annotated[list[str] | None, Parameter(name=["-m", "--module"])] = None,
+    module: Modules = None,
 ) -> int:
     """Print the CustomResourceDefinitions of the resource models in the operator's code (YAML).
 
@@ -700,7 +703,7 @@ def new(
     group: str | None = None,
     kind: str | None = None,
     typed: Annotated[bool, Parameter(negative="--yaml")] = True,
-    force: Annotated[bool, Parameter(negative="")] = False,
+    force: Switch = False,
 ) -> int:
     """Write a new operator project NAME: handlers, a CRD, tests, a Containerfile, manifests.
 

@@ -38,7 +38,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sized
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypedDict, Unpack
 
 import msgspec
 import trio
@@ -73,6 +73,18 @@ _LOGGER = logging.getLogger(__name__)
 
 Logger: TypeAlias = logging.Logger | logging.LoggerAdapter[Any]
 Params: TypeAlias = Mapping[str, str] | None
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keyword options of :meth:`APIClient.request`, which passes them to ``request_raw``."""
+
+    params: Params
+    payload: Any
+    content_type: str | None
+    timeout: float | None
+    logger: Logger | None
+    verb: str | None
+
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -395,32 +407,13 @@ class APIClient:
                     )
                 await retries.failed(exc, f"{method} {session.url(path, params)}")
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Params = None,
-        payload: Any = None,
-        content_type: str | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 -- per attempt, see docstring
-        logger: Logger | None = None,
-        verb: str | None = None,
-    ) -> Any:
-        """Send a request with retries; return the decoded JSON body (``None`` if empty).
+    async def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> Any:
+        """Send a request with retries (``options`` as for :meth:`request_raw`); return the
+        decoded JSON body (``None`` if empty).
 
         A body that is not valid JSON is an :class:`APIProtocolError`.
         """
-        response = await self.request_raw(
-            method,
-            path,
-            params=params,
-            payload=payload,
-            content_type=content_type,
-            timeout=timeout,
-            logger=logger,
-            verb=verb,
-        )
+        response = await self.request_raw(method, path, **options)
         return _decode(response, f"{method} {path}")
 
     @contextlib.asynccontextmanager

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import msgspec
@@ -31,6 +31,7 @@ from trioperator._client.errors import (
 from trioperator._client.http import HTTPResponse
 from trioperator._client.resources import DiscoveryScope, Resource, in_scope
 from trioperator._wire.discovery import (
+    APIGroup,
     APIResourceList,
     decode_api_group_list,
     decode_api_resource_list,
@@ -40,9 +41,12 @@ from trioperator._wire.discovery import (
 __all__ = [
     "DiscoveryScope",
     "GroupVersion",
+    "core_group_versions",
+    "group_version_resources",
     "in_scope",
     "list_core_versions",
     "list_group_versions",
+    "named_group_versions",
     "resources_from_list",
     "scan_group_version",
     "scan_resources",
@@ -98,6 +102,53 @@ def resources_from_list(
     return resources
 
 
+def core_group_versions(
+    versions: Sequence[str], scope: DiscoveryScope | None = None
+) -> list[GroupVersion]:
+    """The core group's versions (``/api``'s list) in the scope."""
+    return [
+        # The core group has no "preferred version" field; the server lists it first.
+        GroupVersion(path=f"/api/{version}", group="", version=version, preferred=index == 0)
+        for index, version in enumerate(versions)
+        if in_scope(scope, "", version)
+    ]
+
+
+def named_group_versions(
+    groups: Sequence[APIGroup], scope: DiscoveryScope | None = None
+) -> list[GroupVersion]:
+    """The named groups' versions (``/apis``' list) in the scope, in the server's order."""
+    found: list[GroupVersion] = []
+    for group in groups:
+        if not in_scope(scope, group.name):
+            continue
+        preferred = group.preferred_version.version if group.preferred_version else None
+        found.extend(
+            GroupVersion(
+                path=f"/apis/{group_version.group_version}",
+                group=group.name,
+                version=group_version.version,
+                preferred=group_version.version == preferred,
+            )
+            for group_version in group.versions
+            # The preferred flag needs the whole group; out-of-scope versions are just skipped.
+            if in_scope(scope, group.name, group_version.version)
+        )
+    return found
+
+
+def group_version_resources(
+    listing: APIResourceList, group_version: GroupVersion
+) -> list[Resource]:
+    """The resources of the resource list of ``group_version``."""
+    return resources_from_list(
+        listing,
+        group=group_version.group,
+        version=group_version.version,
+        preferred=group_version.preferred,
+    )
+
+
 async def scan_group_version(
     api: APIClient, group_version: GroupVersion, *, logger: Logger | None = None
 ) -> list[Resource]:
@@ -114,12 +165,7 @@ async def scan_group_version(
     except msgspec.DecodeError as exc:
         log.warning(f"Skipping {path} in the resource discovery: malformed response: {exc}")
         return []
-    return resources_from_list(
-        listing,
-        group=group_version.group,
-        version=group_version.version,
-        preferred=group_version.preferred,
-    )
+    return group_version_resources(listing, group_version)
 
 
 def _decoded(decode: Callable[[bytes], _T], response: HTTPResponse, path: str) -> _T:
@@ -142,12 +188,7 @@ async def list_core_versions(
         return []
     log: Logger = logger if logger is not None else _LOGGER
     core = _decoded(decode_api_versions, await api.request_raw("GET", "/api", logger=log), "/api")
-    return [
-        # The core group has no "preferred version" field; the server lists it first.
-        GroupVersion(path=f"/api/{version}", group="", version=version, preferred=index == 0)
-        for index, version in enumerate(core.versions)
-        if in_scope(scope, "", version)
-    ]
+    return core_group_versions(core.versions, scope)
 
 
 async def list_group_versions(
@@ -160,23 +201,7 @@ async def list_group_versions(
     log: Logger = logger if logger is not None else _LOGGER
     response = await api.request_raw("GET", "/apis", logger=log)
     groups = _decoded(decode_api_group_list, response, "/apis")
-    found: list[GroupVersion] = []
-    for group in groups.groups:
-        if not in_scope(scope, group.name):
-            continue
-        preferred = group.preferred_version.version if group.preferred_version else None
-        found.extend(
-            GroupVersion(
-                path=f"/apis/{group_version.group_version}",
-                group=group.name,
-                version=group_version.version,
-                preferred=group_version.version == preferred,
-            )
-            for group_version in group.versions
-            # The preferred flag needs the whole group; out-of-scope versions are just skipped.
-            if in_scope(scope, group.name, group_version.version)
-        )
-    return found
+    return named_group_versions(groups.groups, scope)
 
 
 async def scan_resources(

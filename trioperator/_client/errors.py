@@ -334,20 +334,12 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) ->
         retry_after = details_retry_after
 
     cls = error_class(status)
+    extra: dict[str, Any] = {}
     if cls is APIRedirectError:
-        location = _header(headers, "location")
+        location = extra["location"] = _header(headers, "location")
         shown = "no Location" if location is None else f"Location {_excerpt(location)}"
         text = f"a redirect ({shown}), not followed: the API server never redirects"
-        return APIRedirectError(
-            f"{text}; {message}" if message else text,
-            status=status,
-            code=code,
-            reason=reason,
-            details=details,
-            retry_after=retry_after,
-            payload=payload,
-            location=location,
-        )
+        message = f"{text}; {message}" if message else text
     return cls(
         message,
         status=status,
@@ -356,6 +348,7 @@ def error_from_response(status: int, body: bytes, headers: Mapping[str, str]) ->
         details=details,
         retry_after=retry_after,
         payload=payload,
+        **extra,
     )
 
 

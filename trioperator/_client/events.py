@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import trio
 
@@ -38,6 +38,7 @@ from trioperator._util import clock
 __all__ = [
     "CLUSTER_EVENTS_NAMESPACE",
     "MAX_MESSAGE_LENGTH",
+    "EventFields",
     "cut_message",
     "event_body",
     "post_event",
@@ -62,17 +63,21 @@ def cut_message(message: str, limit: int = MAX_MESSAGE_LENGTH) -> str:
     return message[:head] + _CUT_INFIX + message[-tail:]
 
 
+class EventFields(TypedDict):
+    """What an Event says, about which object (``ref``: ``apiVersion``, ``kind``, ``name``,
+    ``uid``, …), and who reports it."""
+
+    ref: Mapping[str, Any]
+    type: str
+    reason: str
+    message: str
+    reporting_component: str
+    reporting_instance: str
+    name_prefix: str
+
+
 def event_body(
-    *,
-    ref: Mapping[str, Any],
-    type: str,
-    reason: str,
-    message: str,
-    reporting_component: str,
-    reporting_instance: str,
-    name_prefix: str,
-    namespace: str,
-    now: datetime.datetime,
+    *, namespace: str, now: datetime.datetime, **fields: Unpack[EventFields]
 ) -> dict[str, Any]:
     """The JSON of an Event (pure: the caller provides the namespace and the time).
 
@@ -80,16 +85,17 @@ def event_body(
     """
     # Always with microseconds: ``eventTime`` is a MicroTime, which requires them.
     timestamp = now.isoformat(timespec="microseconds")
+    ref = fields["ref"]
     involved = {key: ref[key] for key in _REF_KEYS if ref.get(key) is not None}
     body: dict[str, Any] = {
-        "metadata": {"namespace": namespace, "generateName": name_prefix},
+        "metadata": {"namespace": namespace, "generateName": fields["name_prefix"]},
         "action": "Action?",
-        "type": type,
-        "reason": reason,
-        "message": cut_message(message),
-        "reportingComponent": reporting_component,
-        "reportingInstance": reporting_instance,
-        "source": {"component": reporting_component},
+        "type": fields["type"],
+        "reason": fields["reason"],
+        "message": cut_message(fields["message"]),
+        "reportingComponent": fields["reporting_component"],
+        "reportingInstance": fields["reporting_instance"],
+        "source": {"component": fields["reporting_component"]},
         "involvedObject": involved,
         "firstTimestamp": timestamp,
         "lastTimestamp": timestamp,
@@ -102,20 +108,14 @@ def event_body(
 async def post_event(
     api: APIClient,
     *,
-    ref: Mapping[str, Any],
-    type: str,
-    reason: str,
-    message: str,
-    reporting_component: str,
-    reporting_instance: str,
-    name_prefix: str,
     now: datetime.datetime | None = None,
     logger: Logger | None = None,
     recent: RecentEvents | None = None,
     window: float = 0.0,
     max_size: int = 0,
+    **fields: Unpack[EventFields],
 ) -> None:
-    """Post an Event about the object ``ref`` (``apiVersion``, ``kind``, ``name``, ``uid``, …).
+    """Post an Event about the object ``fields["ref"]`` (see :class:`EventFields`).
 
     Cluster-scoped objects get their events in :data:`CLUSTER_EVENTS_NAMESPACE`. Events about
     Events are never posted (that could feed on itself). ``now`` defaults to the current UTC
@@ -123,22 +123,11 @@ async def post_event(
     Event posted within the window is counted on it instead (see the module's docstring).
     """
     log: Logger = logger if logger is not None else _LOGGER
+    ref = fields["ref"]
     if ref.get("apiVersion") == "v1" and ref.get("kind") == "Event":
         return
     namespace = ref.get("namespace") or CLUSTER_EVENTS_NAMESPACE
-    if now is None:
-        now = clock.now()
-    body = event_body(
-        ref=ref,
-        type=type,
-        reason=reason,
-        message=message,
-        reporting_component=reporting_component,
-        reporting_instance=reporting_instance,
-        name_prefix=name_prefix,
-        namespace=namespace,
-        now=now,
-    )
+    body = event_body(namespace=namespace, now=now if now is not None else clock.now(), **fields)
     series = recent if window > 0 and max_size > 0 else None
     key: EventKey = ()
     tick = 0.0

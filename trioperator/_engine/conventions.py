@@ -54,6 +54,7 @@ __all__ = [
     "copy_json",
     "detect_kopf_prefixes",
     "ensure_field",
+    "format_field",
     "has_field",
     "hash_suffix",
     "make_keys",
@@ -104,6 +105,12 @@ def parse_field(field: FieldSpec) -> FieldPath:
     if isinstance(field, list | tuple):
         return tuple(field)
     raise ValueError(f"A field must be a dotted string, a list or a tuple; got {field!r}.")
+
+
+def format_field(field: FieldSpec, name: str) -> FieldPath:
+    """A status storage's field: ``{name}`` in a dotted string is the storage's name (Kopf's
+    ``"status.{name}.progress"``)."""
+    return parse_field(field.format(name=name) if isinstance(field, str) else field)
 
 
 _ABSENT: Any = object()  # "no default given" for resolve_field()

@@ -41,7 +41,7 @@ from trioperator._engine.conventions import (
     annotations_size_after,
     cherrypick_fields,
     copy_json,
-    parse_field,
+    format_field,
     purge_field,
     remove_field,
     resolve_field,
@@ -231,10 +231,7 @@ class StatusDiffBaseStorage(DiffBaseStorage):
     ) -> None:
         super().__init__(ignored_fields=ignored_fields)
         self._name = name
-        self._field = self._format(field)
-
-    def _format(self, field: FieldSpec) -> FieldPath:
-        return parse_field(field.format(name=self._name) if isinstance(field, str) else field)
+        self._field = format_field(field, self._name)
 
     @property
     def field(self) -> FieldPath:
@@ -242,7 +239,7 @@ class StatusDiffBaseStorage(DiffBaseStorage):
 
     @field.setter
     def field(self, field: FieldSpec) -> None:
-        self._field = self._format(field)
+        self._field = format_field(field, self._name)
 
     def build(self, *, body: Body, extra_fields: Iterable[FieldSpec] | None = None) -> BodyEssence:
         essence = super().build(body=body, extra_fields=extra_fields)

@@ -38,8 +38,8 @@ from trioperator._engine.conventions import (
     annotations_size_after,
     copy_json,
     ensure_field,
+    format_field,
     has_field,
-    parse_field,
     purge_field,
     remove_field,
     resolve_field,
@@ -211,10 +211,6 @@ def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return value is not None and isinstance(value, (dict, Mapping))
 
 
-def _format_field(field: FieldSpec, name: str) -> FieldPath:
-    return parse_field(field.format(name=name) if isinstance(field, str) else field)
-
-
 class StatusProgressStorage(ProgressStorage):
     """Records as nested dicts in the status, e.g. ``status.kopf.progress.<handler-id>``.
 
@@ -231,8 +227,8 @@ class StatusProgressStorage(ProgressStorage):
     ) -> None:
         super().__init__()
         self._name = name
-        self._field = _format_field(field, name)
-        self._touch_field = _format_field(touch_field, name)
+        self._field = format_field(field, name)
+        self._touch_field = format_field(touch_field, name)
 
     @property
     def field(self) -> FieldPath:
@@ -240,7 +236,7 @@ class StatusProgressStorage(ProgressStorage):
 
     @field.setter
     def field(self, field: FieldSpec) -> None:
-        self._field = _format_field(field, self._name)
+        self._field = format_field(field, self._name)
 
     @property
     def touch_field(self) -> FieldPath:
@@ -248,7 +244,7 @@ class StatusProgressStorage(ProgressStorage):
 
     @touch_field.setter
     def touch_field(self, field: FieldSpec) -> None:
-        self._touch_field = _format_field(field, self._name)
+        self._touch_field = format_field(field, self._name)
 
     def fetch(self, *, key: HandlerId, body: Body) -> ProgressRecord | None:
         # Status is editable by anyone; a corrupted container or record counts as no record.

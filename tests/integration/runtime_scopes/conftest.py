@@ -1,7 +1,7 @@
 """The orchestrator in the test's nursery against the fake API, on trio's mock clock.
 
 It is driven directly (not through ``Operator``): an ``OperatorContext`` is built as the
-operator builds it, and ``run_orchestrator`` is started in the test's nursery.
+operator builds it, and ``Orchestration.run`` is started in the test's nursery.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.handling.invocation import make_limiter
 from trioperator._runtime.pipeline.contexts import OperatorContext
-from trioperator._runtime.program.orchestration import Orchestration, run_orchestrator
+from trioperator._runtime.program.orchestration import Orchestration
 from trioperator.testing import FakeAPI
 
 
@@ -88,7 +88,7 @@ async def orchestrate(
 
             async def main(*, task_status: trio.TaskStatus[Orchestration]) -> None:
                 try:
-                    await run_orchestrator(
+                    await Orchestration(
                         context,
                         api=api,
                         registry=registry,
@@ -96,8 +96,7 @@ async def orchestrate(
                         namespaces_patterns=patterns,
                         clusterwide=clusterwide,
                         health=health,
-                        task_status=task_status,
-                    )
+                    ).run(task_status=task_status)
                 finally:
                     finished.set()
 

@@ -15,7 +15,6 @@ requests that are safe to repeat, are retried ``settings.retries`` times with a 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -24,9 +23,11 @@ from trioperator._client.apiclient.calls import Call, ObjectList, PatchType, Sel
 from trioperator._client.apiclient.credentials import AsyncCredentials
 from trioperator._client.apiclient.lookup import (
     ResourceMatcher,
+    ResourceView,
     choose,
     group_versions,
     resources_of,
+    wanted,
 )
 from trioperator._client.apiclient.settings import ClientSettings
 from trioperator._client.apiclient.watching import WatchState
@@ -35,7 +36,6 @@ from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APINotFoundError,
-    APIUnauthorizedError,
 )
 from trioperator._client.resources import Resource
 
@@ -49,8 +49,6 @@ CallIn = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 """Runs an async function elsewhere (e.g. in the operator's trio run) and returns its result."""
 
 PAGE_SIZE = 500
-
-logger = logging.getLogger(__name__)
 
 
 class AsyncAPI:
@@ -99,17 +97,7 @@ class AsyncAPI:
         ``version=``, ``kind=``, ``plural=``, ``singular=``, ``shortcut=``; or a
         :class:`Resource` (e.g. the handler's ``resource`` kwarg), which needs no discovery.
         """
-        if len(names) == 1 and isinstance(names[0], Resource) and not keywords:
-            return AsyncResourceAPI(self, names[0])
-        if self._matcher is None or any(isinstance(name, Resource) for name in names):
-            raise TypeError("Give a Resource, or names with a client that can look them up.")
-        text_names = tuple(str(name) for name in names)
-        matching = self._matcher(*text_names, **keywords)  # malformed: raises now
-        described = ", ".join(
-            [repr(name) for name in text_names]
-            + [f"{key}={value!r}" for key, value in keywords.items() if value is not None]
-        )
-        return AsyncResourceAPI(self, (matching, f"resource({described})"))
+        return AsyncResourceAPI(self, wanted(self._matcher, names, keywords))
 
     async def resources(self) -> list[Resource]:
         """Every resource the server serves (discovered once, then cached)."""
@@ -164,8 +152,7 @@ class AsyncAPI:
         # request, as httpx is: an operator whose handlers send none never loads either.
         import anyio
 
-        settings = self.settings
-        relogins = attempt = 0
+        attempts = calls.Attempts(self.settings)
         while True:
             key, info = await self._credentials.select()
             failure: APIError | APIConnectionError
@@ -177,20 +164,14 @@ class AsyncAPI:
                 if received.status < 300:
                     return received
                 failure = calls.error_of(received.status, received.body, received.headers)
-            if isinstance(failure, APIUnauthorizedError) and relogins < settings.relogins:
-                relogins += 1
-                logger.debug(f"{call.what}: {failure}; logging in again.")
+            if attempts.relogin(failure, call.what):
                 await self._credentials.invalidate(key, info, exc=failure)
                 await self._forget(info)
                 continue
-            if attempt < settings.retries and calls.retriable(failure, call):
-                attempt += 1
-                retry_after = failure.retry_after if isinstance(failure, APIError) else None
-                delay = settings.delay(attempt, retry_after)
-                logger.debug(f"{call.what}: {failure}; retry {attempt} in {delay:g} s.")
-                await anyio.sleep(delay)
-                continue
-            raise failure
+            delay = attempts.retry_delay(failure, call)
+            if delay is None:
+                raise failure
+            await anyio.sleep(delay)
 
     async def _object(self, call: Call) -> dict[str, Any]:
         received = await self._send(call)
@@ -199,18 +180,14 @@ class AsyncAPI:
     @contextlib.asynccontextmanager
     async def _stream(self, call: Call) -> AsyncIterator[AsyncStream]:
         """A watch stream opened with the current credentials (re-login on 401)."""
-        relogins = 0
+        attempts = calls.Attempts(self.settings)
         while True:
             key, info = await self._credentials.select()
             async with self._session(info).stream(call) as stream:
                 if stream.status >= 300:
                     body = await stream.read(self.settings.max_line_size)
                     failure = calls.error_of(stream.status, body, stream.headers)
-                    if (
-                        isinstance(failure, APIUnauthorizedError)
-                        and relogins < self.settings.relogins
-                    ):
-                        relogins += 1
+                    if attempts.relogin(failure, call.what):
                         await self._credentials.invalidate(key, info, exc=failure)
                         continue
                     raise failure
@@ -253,17 +230,12 @@ class _State:
         self.closed = False
 
 
-class AsyncResourceAPI:
+class AsyncResourceAPI(ResourceView):
     """The operations on one resource. Bodies are dicts; every call returns the server's."""
 
     def __init__(self, api: AsyncAPI, resource: Resource | tuple[Callable[..., Any], str]) -> None:
+        super().__init__(resource)
         self._api = api
-        self._resource = resource if isinstance(resource, Resource) else None
-        self._wanted = resource if not isinstance(resource, Resource) else None
-
-    def __repr__(self) -> str:
-        shown = self._resource if self._resource is not None else self._wanted and self._wanted[1]
-        return f"<{type(self).__name__} {shown}>"
 
     async def resolve(self) -> Resource:
         """The resource, found by discovery on the first call (``LookupError`` if none)."""
@@ -546,21 +518,9 @@ class AsyncPager:
         call = self._make(resource, self._token)
         listing = await self._owner._api._object(call)
         self._started = True
-        items = listing.get("items")
-        meta = listing.get("metadata")
-        meta = meta if isinstance(meta, dict) else {}
-        token = meta.get("continue")
-        self._token = token if isinstance(token, str) and token else None
-        version = meta.get("resourceVersion")
-        self.resource_version = version if isinstance(version, str) else None
-        self._page = [item for item in items if isinstance(item, dict)] if items else []
-        kind = listing.get("kind")
-        if isinstance(kind, str) and kind.endswith("List") and resource.kind:
-            # Items of a listing come without apiVersion and kind: put them back, so that
-            # they can be sent again as they are (e.g. applied, or adopted).
-            for item in self._page:
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", resource.kind)
+        page = calls.read_page(listing, resource)
+        self._page, self._token = page.items, page.token
+        self.resource_version = page.resource_version
 
 
 class AsyncWatch:

@@ -7,25 +7,30 @@ here, so that they cannot drift apart; only the waiting differs between them.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias
 
 import msgspec
 
 from trioperator._client.apiclient.conflicts import with_field_conflicts
+from trioperator._client.apiclient.settings import ClientSettings
 from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APIProtocolError,
     APIServerError,
     APITooManyRequestsError,
+    APIUnauthorizedError,
     error_from_response,
 )
 from trioperator._client.resources import Resource
 
 __all__ = [
+    "Attempts",
     "Call",
     "ObjectList",
+    "Page",
     "PatchType",
     "Selector",
     "WatchEventType",
@@ -37,6 +42,7 @@ __all__ = [
     "get_call",
     "list_call",
     "patch_call",
+    "read_page",
     "replace_call",
     "retriable",
     "watch_call",
@@ -63,6 +69,8 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder()
+
+logger = logging.getLogger(__name__)
 
 
 class ObjectList(list[dict[str, Any]]):
@@ -344,3 +352,64 @@ def retriable(error: APIError | APIConnectionError, call: Call) -> bool:
     ):
         return call.idempotent
     return False
+
+
+class Attempts:
+    """What to do after a call failed, for both clients: log in again (a 401, at most
+    ``settings.relogins`` times), send again after a delay (what :func:`retriable` allows, at
+    most ``settings.retries`` times), or give up and raise."""
+
+    __slots__ = ("relogins", "retries", "settings")
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self.relogins = 0
+        self.retries = 0
+
+    def relogin(self, failure: APIError | APIConnectionError, what: str) -> bool:
+        """Whether to invalidate the credentials and send again (counted if so)."""
+        if isinstance(failure, APIUnauthorizedError) and self.relogins < self.settings.relogins:
+            self.relogins += 1
+            logger.debug(f"{what}: {failure}; logging in again.")
+            return True
+        return False
+
+    def retry_delay(self, failure: APIError | APIConnectionError, call: Call) -> float | None:
+        """The delay before sending ``call`` again (counted), or ``None``: raise ``failure``."""
+        if self.retries >= self.settings.retries or not retriable(failure, call):
+            return None
+        self.retries += 1
+        retry_after = failure.retry_after if isinstance(failure, APIError) else None
+        delay = self.settings.delay(self.retries, retry_after)
+        logger.debug(f"{call.what}: {failure}; retry {self.retries} in {delay:g} s.")
+        return delay
+
+
+@dataclasses.dataclass
+class Page:
+    """One page of a listing: its objects, the token of the next page, the listing's version."""
+
+    items: list[dict[str, Any]]
+    token: str | None
+    resource_version: str | None
+
+
+def read_page(listing: Mapping[str, Any], resource: Resource) -> Page:
+    """The page of a decoded listing. Items of a listing come without apiVersion and kind:
+    they are put back, so that the objects can be sent again as they are (applied, adopted)."""
+    meta = listing.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    token = meta.get("continue")
+    version = meta.get("resourceVersion")
+    items = listing.get("items")
+    page = [item for item in items if isinstance(item, dict)] if items else []
+    kind = listing.get("kind")
+    if isinstance(kind, str) and kind.endswith("List") and resource.kind:
+        for item in page:
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+    return Page(
+        items=page,
+        token=token if isinstance(token, str) and token else None,
+        resource_version=version if isinstance(version, str) else None,
+    )

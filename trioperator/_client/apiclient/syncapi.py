@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -18,9 +17,11 @@ from trioperator._client.apiclient.credentials import SyncCredentials
 from trioperator._client.apiclient.lookup import (
     Matching,
     ResourceMatcher,
+    ResourceView,
     choose,
     group_versions,
     resources_of,
+    wanted,
 )
 from trioperator._client.apiclient.settings import ClientSettings
 from trioperator._client.apiclient.watching import WatchState
@@ -29,7 +30,6 @@ from trioperator._client.errors import (
     APIConnectionError,
     APIError,
     APINotFoundError,
-    APIUnauthorizedError,
 )
 from trioperator._client.resources import Resource
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["SyncAPI", "SyncResourceAPI", "SyncWatch"]
 
 PAGE_SIZE = 500
-
-logger = logging.getLogger(__name__)
 
 
 class SyncAPI:
@@ -75,17 +73,7 @@ class SyncAPI:
 
     def resource(self, *names: str | Resource, **keywords: str | None) -> SyncResourceAPI:
         """The operations on one resource: see :meth:`AsyncAPI.resource`."""
-        if len(names) == 1 and isinstance(names[0], Resource) and not keywords:
-            return SyncResourceAPI(self, names[0])
-        if self._matcher is None or any(isinstance(name, Resource) for name in names):
-            raise TypeError("Give a Resource, or names with a client that can look them up.")
-        text_names = tuple(str(name) for name in names)
-        matching = self._matcher(*text_names, **keywords)
-        described = ", ".join(
-            [repr(name) for name in text_names]
-            + [f"{key}={value!r}" for key, value in keywords.items() if value is not None]
-        )
-        return SyncResourceAPI(self, (matching, f"resource({described})"))
+        return SyncResourceAPI(self, wanted(self._matcher, names, keywords))
 
     def resources(self) -> list[Resource]:
         """Every resource the server serves (discovered once, then cached)."""
@@ -124,8 +112,7 @@ class SyncAPI:
         return session
 
     def _send(self, call: Call) -> Received:
-        settings = self.settings
-        relogins = attempt = 0
+        attempts = calls.Attempts(self.settings)
         while True:
             key, info = self._credentials.select_sync()
             failure: APIError | APIConnectionError
@@ -137,22 +124,16 @@ class SyncAPI:
                 if received.status < 300:
                     return received
                 failure = calls.error_of(received.status, received.body, received.headers)
-            if isinstance(failure, APIUnauthorizedError) and relogins < settings.relogins:
-                relogins += 1
-                logger.debug(f"{call.what}: {failure}; logging in again.")
+            if attempts.relogin(failure, call.what):
                 self._credentials.invalidate_sync(key, info, exc=failure)
                 session = self._sessions.pop(info, None)
                 if session is not None:
                     session.close()
                 continue
-            if attempt < settings.retries and calls.retriable(failure, call):
-                attempt += 1
-                retry_after = failure.retry_after if isinstance(failure, APIError) else None
-                delay = settings.delay(attempt, retry_after)
-                logger.debug(f"{call.what}: {failure}; retry {attempt} in {delay:g} s.")
-                time.sleep(delay)
-                continue
-            raise failure
+            delay = attempts.retry_delay(failure, call)
+            if delay is None:
+                raise failure
+            time.sleep(delay)
 
     def _object(self, call: Call) -> dict[str, Any]:
         received = self._send(call)
@@ -160,18 +141,14 @@ class SyncAPI:
 
     @contextlib.contextmanager
     def _stream(self, call: Call) -> Iterator[SyncStream]:
-        relogins = 0
+        attempts = calls.Attempts(self.settings)
         while True:
             key, info = self._credentials.select_sync()
             with self._session(info).stream(call) as stream:
                 if stream.status >= 300:
                     body = stream.read(self.settings.max_line_size)
                     failure = calls.error_of(stream.status, body, stream.headers)
-                    if (
-                        isinstance(failure, APIUnauthorizedError)
-                        and relogins < self.settings.relogins
-                    ):
-                        relogins += 1
+                    if attempts.relogin(failure, call.what):
                         self._credentials.invalidate_sync(key, info, exc=failure)
                         continue
                     raise failure
@@ -188,17 +165,12 @@ class SyncAPI:
         return found
 
 
-class SyncResourceAPI:
+class SyncResourceAPI(ResourceView):
     """The operations on one resource, as in :class:`AsyncResourceAPI`, without ``await``."""
 
     def __init__(self, api: SyncAPI, resource: Resource | tuple[Matching, str]) -> None:
+        super().__init__(resource)
         self._api = api
-        self._resource = resource if isinstance(resource, Resource) else None
-        self._wanted = resource if not isinstance(resource, Resource) else None
-
-    def __repr__(self) -> str:
-        shown = self._resource if self._resource is not None else self._wanted and self._wanted[1]
-        return f"<{type(self).__name__} {shown}>"
 
     def resolve(self) -> Resource:
         """The resource, found by discovery on the first call (``LookupError`` if none)."""
@@ -264,19 +236,11 @@ class SyncResourceAPI:
                 limit=limit,
                 continue_=token,
             )
-            listing = self._api._object(call)
-            meta = listing.get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
-            version = meta.get("resourceVersion")
-            into.resource_version = version if isinstance(version, str) else None
-            items = listing.get("items") or []
-            page = [item for item in items if isinstance(item, dict)]
-            for item in page:
-                item.setdefault("apiVersion", resource.api_version)
-                item.setdefault("kind", resource.kind)
-            yield page
-            token = meta.get("continue") or None
-            if not isinstance(token, str):
+            page = calls.read_page(self._api._object(call), resource)
+            into.resource_version = page.resource_version
+            yield page.items
+            token = page.token
+            if token is None:
                 return
 
     def watch(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import trio
@@ -12,7 +13,7 @@ import trio
 from trioperator._client.api import APIClient
 from trioperator._client.resources import Resource
 from trioperator._client.settings import WatchSelector
-from trioperator._client.watching import WatchHealth, WatchItem
+from trioperator._client.watching import WatchHealth, WatchItem, stream_events
 from trioperator._engine.handlers import IndexingHandler
 from trioperator._engine.indexing import Index, Indexers
 from trioperator._engine.registry import OperatorRegistry
@@ -128,3 +129,24 @@ class ResourceContext:
     @property
     def settings(self) -> OperatorSettings:
         return self.operator.settings
+
+    def stream(
+        self,
+        send: trio.MemorySendChannel[WatchItem],
+        *,
+        labels: str | None,
+        health: WatchHealth | None = None,
+    ) -> Callable[[], Awaitable[None]]:
+        """The list-and-watch of this watcher's resource and namespace into ``send``, with
+        ``labels`` as the label selector and the selection's fields (to start in a nursery)."""
+        return partial(
+            stream_events,
+            self.api,
+            self.resource,
+            self.namespace,
+            settings=self.settings.watching,
+            send=send,
+            health=health,
+            label_selector=labels,
+            field_selector=self.selection.fields if self.selection is not None else None,
+        )

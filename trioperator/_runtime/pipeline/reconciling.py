@@ -68,15 +68,7 @@ def observe(ctx: ResourceContext, reconciler: Reconciler, uid: str, event: RawEv
 
 
 def _filter_kwargs(ctx: ResourceContext, body: RawBody, old: RawBody) -> dict[str, Any]:
-    cause = ResourceCause(
-        logger=ObjectLogger(body),
-        memo=None,
-        indices=ctx.operator.indices,
-        resource=ctx.resource,
-        patch=Patch(),
-        body=Body(body),
-    )
-    return {**cause.kwargs, "old": old, "new": body, "diff": None}
+    return {**_object_kwargs(ctx, body), "old": old, "new": body, "diff": None}
 
 
 async def relay(ctx: ResourceContext, relays: Sequence[RelayingHandler], event: RawEvent) -> None:
@@ -90,7 +82,7 @@ async def relay(ctx: ResourceContext, relays: Sequence[RelayingHandler], event: 
     metadata = body.get("metadata")
     namespace = metadata.get("namespace") if isinstance(metadata, dict) else None
     for handler in relays:
-        if not match(handler, body=body, kwargs=lambda: _relay_kwargs(ctx, body)):
+        if not match(handler, body=body, kwargs=lambda: _object_kwargs(ctx, body)):
             continue
         if handler.by_owner:
             for reconciler_kind in _target_kinds(ctx, handler):
@@ -101,7 +93,7 @@ async def relay(ctx: ResourceContext, relays: Sequence[RelayingHandler], event: 
             continue
         try:
             result = await invoke(
-                handler.fn, kwargs=_relay_kwargs(ctx, body), limiter=ctx.operator.thread_limiter
+                handler.fn, kwargs=_object_kwargs(ctx, body), limiter=ctx.operator.thread_limiter
             )
             keys = mapped_keys(result, default_namespace=namespace)
         except Exception as exc:
@@ -119,7 +111,9 @@ def _target_kinds(ctx: ResourceContext, handler: RelayingHandler) -> set[tuple[s
     }
 
 
-def _relay_kwargs(ctx: ResourceContext, body: RawBody) -> dict[str, Any]:
+def _object_kwargs(ctx: ResourceContext, body: RawBody) -> dict[str, Any]:
+    """The kwargs of a handler or filter about ``body`` outside its worker (no memo, no patch
+    that anybody applies): the relays' mappers and filters, the reconcilers' filters."""
     return ResourceCause(
         logger=ObjectLogger(body),
         memo=None,

@@ -15,13 +15,12 @@ The labelled object then comes to its owner as ``ADDED`` on that owner's watch.
 from __future__ import annotations
 
 import logging
-from functools import partial
 from typing import Any, Final, cast
 
 import trio
 
 from trioperator._client.errors import APIConnectionError, APIError, APINotFoundError
-from trioperator._client.watching import LISTED, RawWatchEvent, WatchItem, stream_events
+from trioperator._client.watching import LISTED, RawWatchEvent, WatchItem
 from trioperator._engine.sharding import SHARD_LABEL, bucket_of
 from trioperator._runtime.coordination.sharding import Shard
 from trioperator._runtime.pipeline.contexts import ResourceContext
@@ -54,16 +53,7 @@ async def label_new_objects(ctx: ResourceContext, shard: Shard) -> None:
             if selection is not None and selection.labels:
                 labels = f"{selection.labels},{labels}"
             nursery.start_soon(
-                partial(
-                    stream_events,
-                    ctx.api,
-                    ctx.resource,
-                    ctx.namespace,
-                    settings=ctx.settings.watching,
-                    send=send,
-                    label_selector=labels,
-                    field_selector=selection.fields if selection is not None else None,
-                ),
+                ctx.stream(send, labels=labels),
                 name=f"unlabelled {ctx.resource} in {ctx.namespace or '*'}",
             )
             async with receive:

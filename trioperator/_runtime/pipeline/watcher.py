@@ -37,7 +37,7 @@ from functools import partial
 
 import trio
 
-from trioperator._client.watching import LISTED, WatchItem, stream_events
+from trioperator._client.watching import LISTED, WatchItem
 from trioperator._engine.bodies import RawEvent
 from trioperator._engine.handlers import ReconcilingHandler, RelayingHandler
 from trioperator._engine.stoppers import DaemonStoppingReason
@@ -265,17 +265,7 @@ async def _stream_unless_paused(
                     label_new_objects, ctx, shard, name=f"shard labeller {ctx.resource} {where}"
                 )
             nursery.start_soon(
-                partial(
-                    stream_events,
-                    ctx.api,
-                    ctx.resource,
-                    ctx.namespace,
-                    settings=ctx.settings.watching,
-                    send=send,
-                    health=ctx.health,
-                    label_selector=labels,
-                    field_selector=ctx.selection.fields if ctx.selection is not None else None,
-                ),
+                ctx.stream(send, labels=labels, health=ctx.health),
                 name=f"stream {ctx.resource} {where}",
             )
             # A pause, or (sharded) a share that may have grown: list again.

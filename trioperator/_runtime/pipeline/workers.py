@@ -111,7 +111,7 @@ async def run_worker(
         slot = _Slot(ctx.worker_slots)
         try:
             await slot.acquire()
-            parked = await _serve(ctx, key, mailbox, memory, retire, slot, park)
+            parked = await _Service(ctx, key, mailbox, memory, retire, slot, park).serve()
         finally:
             slot.release()
     finally:
@@ -141,22 +141,6 @@ class _Slot:
         if self._slots is not None and self.held:
             self.held = False
             self._slots.release()
-
-
-async def _serve(
-    ctx: ResourceContext,
-    key: str,
-    mailbox: Mailbox,
-    memory: ObjectMemory,
-    retire: Callable[[], bool],
-    slot: _Slot,
-    park: Callable[[], bool] | None,
-) -> bool:
-    ctx.workers_busy += 1
-    try:
-        return await _Service(ctx, key, mailbox, memory, retire, slot, park).run()
-    finally:
-        ctx.workers_busy -= 1
 
 
 class _Then(enum.Enum):
@@ -232,8 +216,17 @@ class _Service:
         self.open_ = True
         self.idle_timeout = ctx.settings.queueing.idle_timeout
 
-    async def run(self) -> bool:
-        """Serve the object; True if the worker has parked (its mailbox stays), else False."""
+    async def serve(self) -> bool:
+        """Serve the object, counted as a busy worker meanwhile (metrics); True if the worker
+        has parked (its mailbox stays), else False."""
+        ctx = self.ctx
+        ctx.workers_busy += 1
+        try:
+            return await self._loop()
+        finally:
+            ctx.workers_busy -= 1
+
+    async def _loop(self) -> bool:
         mailbox = self.mailbox
         while True:
             if mailbox.discarded:

@@ -97,7 +97,7 @@ from trioperator._runtime.handling.posting import (
 from trioperator._runtime.pipeline.contexts import OperatorContext
 from trioperator._runtime.program.activities import run_activity
 from trioperator._runtime.program.options import OperatorOptions
-from trioperator._runtime.program.orchestration import Orchestration, run_orchestrator
+from trioperator._runtime.program.orchestration import Orchestration
 from trioperator._runtime.program.probing import serve_liveness
 from trioperator._runtime.support.httpserver import Handler, Request, Response
 from trioperator._runtime.support.metrics import OperatorMetrics, metrics_response, serve_metrics
@@ -420,19 +420,17 @@ class Operator:
             serving.start_soon(_stop_on_flag, self.stop_flag, context.stopping)
             # The orchestrator starts every initial watcher in one synchronous step; each takes
             # the indexing gate before its first checkpoint, so nothing runs before indexing.
-            orchestration = self.orchestration = await serving.start(
-                partial(
-                    run_orchestrator,
-                    context,
-                    api=self.api,
-                    registry=self.registry,
-                    settings=context.settings,
-                    namespaces_patterns=self.namespaces,
-                    clusterwide=self.clusterwide,
-                    health=self.watchers_health,
-                    peering=peering,
-                )
+            orchestration = self.orchestration = Orchestration(
+                context,
+                api=self.api,
+                registry=self.registry,
+                settings=context.settings,
+                namespaces_patterns=self.namespaces,
+                clusterwide=self.clusterwide,
+                health=self.watchers_health,
+                peering=peering,
             )
+            await serving.start(orchestration.run)
             # After the orchestrator: the resources that reviews may be about are known now.
             await serving.start(
                 partial(

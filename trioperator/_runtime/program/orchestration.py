@@ -2,7 +2,7 @@
 
 Task tree::
 
-    run_orchestrator                 owns the watchers' nursery
+    Orchestration.run                owns the watchers' nursery
     ├── observers (inner nursery; cancelled once a graceful stop begins)
     │   ├── stop relay               context.stopping -> leave the control loop
     │   ├── namespace observer       list + watch v1/namespaces (namespaced mode, if scanning)
@@ -87,7 +87,6 @@ __all__ = [
     "NAMESPACES",
     "Orchestration",
     "WatcherKey",
-    "run_orchestrator",
 ]
 
 # Kopf's names: what is served is found by "observation" (namespaces, resources, CRDs); the
@@ -214,7 +213,24 @@ class Orchestration:
 
     # ------------------------------------------------------------------------ the control loop
 
-    async def run(self, *, task_status: trio.TaskStatus[Orchestration]) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[Orchestration] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve every (resource, namespace) pair that should be served, until a graceful stop.
+
+        ``task_status.started()`` reports this :class:`Orchestration` once the initial
+        resources and namespaces are known and every initial watcher has routed its initial
+        listing. On a graceful stop (``context.stopping``), the observers are cancelled, every
+        watcher finishes its queued work, and this returns. API errors other than those handled
+        here (namespaces or CRDs forbidden, a resource gone) escalate and stop the operator.
+
+        ``health`` (e.g. for the liveness probe) gets the :class:`WatchHealth` of every running
+        watcher (named like ``"pods.v1 in 'ns1'"`` or ``"pods.v1 cluster-wide"``) and of the
+        namespace and CRD observers, and loses them when they stop on purpose.
+
+        ``peering`` (if given) peers via the peering CRDs among the discovered resources, in
+        the served namespaces (or cluster-wide), following them as they come and go.
+        """
         async with trio.open_nursery() as watchers:
             self._nursery = watchers
             try:
@@ -533,43 +549,3 @@ class Orchestration:
             return False
         self._apply_resources(discovered)
         return self._crds.agrees(discovered, scope=self._scope)
-
-
-async def run_orchestrator(
-    context: OperatorContext,
-    *,
-    api: APIClient,
-    registry: OperatorRegistry,
-    settings: OperatorSettings,
-    namespaces_patterns: Sequence[str | re.Pattern[str]],
-    clusterwide: bool,
-    health: MutableMapping[str, WatchHealth] | None = None,
-    peering: Peering | None = None,
-    task_status: trio.TaskStatus[Orchestration] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve every (resource, namespace) pair that should be served, until a graceful stop.
-
-    ``task_status.started()`` reports the :class:`Orchestration` once the initial resources and
-    namespaces are known and every initial watcher has routed its initial listing. On a
-    graceful stop (``context.stopping``), the observers are cancelled, every watcher finishes
-    its queued work, and this returns. API errors other than those handled here (namespaces or
-    CRDs forbidden, a resource gone) escalate and stop the operator.
-
-    ``health`` (e.g. for the liveness probe) gets the :class:`WatchHealth` of every running
-    watcher (named like ``"pods.v1 in 'ns1'"`` or ``"pods.v1 cluster-wide"``) and of the
-    namespace and CRD observers, and loses them when they stop on purpose.
-
-    ``peering`` (if given) peers via the peering CRDs among the discovered resources, in the
-    served namespaces (or cluster-wide), following them as they come and go.
-    """
-    orchestration = Orchestration(
-        context,
-        api=api,
-        registry=registry,
-        settings=settings,
-        namespaces_patterns=namespaces_patterns,
-        clusterwide=clusterwide,
-        health=health,
-        peering=peering,
-    )
-    await orchestration.run(task_status=task_status)

@@ -830,43 +830,25 @@ class Store:
         shapes = self.shapes(res)
         managers: Managers = {}
         old = self.peek(res, namespace, name)
-        if old is None:
-            if subresource is not None:
-                raise not_found(res, name)
-            merged = apply_config(
-                managers,
-                {},
-                config,
-                manager=manager,
-                api_version=res.api_version(version),
-                force=force,
-                shapes=shapes,
-                now=self.now,
-            )
-            merged["metadata"]["name"] = name
-            return self.create(
-                res,
-                namespace,
-                merged,
-                managed_fields=encode_managers(managers, custom=res.custom),
-                version=version,
-            )
-        rv = meta.get("resourceVersion")
-        if rv and rv != old["metadata"].get("resourceVersion"):
-            raise conflict(res, name)
-        managers = decode_managers(old)
-        if not managers:
-            adopt_existing(
-                managers,
-                old,
-                _zero(res),
-                api_version=res.api_version(version),
-                shapes=shapes,
-                now=self.now,
-            )
+        if old is None and subresource is not None:
+            raise not_found(res, name)
+        if old is not None:
+            rv = meta.get("resourceVersion")
+            if rv and rv != old["metadata"].get("resourceVersion"):
+                raise conflict(res, name)
+            managers = decode_managers(old)
+            if not managers:
+                adopt_existing(
+                    managers,
+                    old,
+                    _zero(res),
+                    api_version=res.api_version(version),
+                    shapes=shapes,
+                    now=self.now,
+                )
         merged = apply_config(
             managers,
-            old,
+            old if old is not None else {},
             config,
             manager=manager,
             api_version=res.api_version(version),
@@ -875,6 +857,9 @@ class Store:
             now=self.now,
         )
         managed = encode_managers(managers, custom=res.custom)
+        if old is None:
+            merged["metadata"]["name"] = name
+            return self.create(res, namespace, merged, managed_fields=managed, version=version)
         return self._update(res, old, merged, subresource=subresource, managed=managed)
 
     # ------------------------------------------------------------------ the scale subresource
