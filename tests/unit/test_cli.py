@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._runtime.program.operator import Operator
-from trioperator.cli import CLIControls, UsageError, load, main
+from trioperator.cli import CLIControls, UsageError, app, load, main
 
 
 def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int, CLIControls]:
@@ -346,3 +346,13 @@ def test_sharding_comes_from_the_environment_too(
     monkeypatch.setenv("TRIOPERATOR_SHARD_RING", "green")
     sharding = _operator_from(["run"], tmp_path, monkeypatch).settings.sharding
     assert (sharding.enabled, sharding.ring) == (True, "green")
+
+
+def test_freeze_reads_only_the_peering_from_the_environment(monkeypatch: Any) -> None:
+    # An operator's pod may carry TRIOPERATOR_PRIORITY/TRIOPERATOR_ID: a freeze run there by
+    # hand must keep its own priority (above the operator's) and identity, not the operator's.
+    monkeypatch.setenv("TRIOPERATOR_PEERING", "from-env")
+    monkeypatch.setenv("TRIOPERATOR_PRIORITY", "7")
+    monkeypatch.setenv("TRIOPERATOR_ID", "the-operator")
+    _, bound, *_ = app.parse_args(["freeze", "-t", "60"])
+    assert bound.arguments == {"peering": "from-env", "lifetime": 60}
