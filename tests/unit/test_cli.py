@@ -120,6 +120,40 @@ def test_the_version_is_written_by_the_install() -> None:
     assert re.fullmatch(pep440, trioperator.__version__)
 
 
+def test_a_wheel_built_from_the_checkout_leaves_its_version_alone(tmp_path: Path) -> None:
+    """Building a wheel writes the version into the wheel only: a checkout's processes keep
+    saying the version of its install, whatever was built (and committed) since."""
+    import zipfile
+
+    import trioperator
+
+    root = Path(trioperator.__file__).parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a checkout: nothing is built from it")
+    # The sources as committed plus this tree's changes, with a commit of their own (a new
+    # version), built as scripts/check-wheel and scripts/scaffold-test build them.
+    copy = tmp_path / "src"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(copy)], check=True)
+    for name in ("pyproject.toml", "hatch_build.py", "trioperator/_version.py"):
+        if (root / name).exists():
+            (copy / name).write_bytes((root / name).read_bytes())
+    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-qam", "a later commit", "--allow-empty"], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "-q", "--wheel", "--outdir", str(tmp_path / "dist"), "."],
+        cwd=copy,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert not (copy / "trioperator" / "_build_version.py").exists()
+    (wheel,) = (tmp_path / "dist").glob("trioperator-*.whl")
+    built = wheel.name.split("-")[1]
+    with zipfile.ZipFile(wheel) as archive:
+        module = archive.read("trioperator/_build_version.py").decode()
+    assert f'__version__ = "{built}"' in module
+
+
 def test_options_come_from_the_environment_too(monkeypatch: Any, capsys: Any) -> None:
     monkeypatch.setenv("TRIOPERATOR_ALL_NAMESPACES", "true")
     code, _ = _run(["run", "-n", "ns1", "x.py"])
