@@ -4,8 +4,9 @@
 (the CustomResourceDefinitions of the typed resources' models, docs/typed-resources.md), and
 ``trioperator new NAME`` (a new operator project, trioperator/_kits/scaffold.py).
 
-Options follow Kopf's (``kopf run``); every option can also come from an environment variable
-``TRIOPERATOR_<OPTION>`` (e.g. ``TRIOPERATOR_VERBOSE=true``). Wrong or conflicting options are
+Options follow Kopf's (``kopf run``); every option of ``run`` can also come from an environment
+variable ``TRIOPERATOR_<OPTION>`` (e.g. ``TRIOPERATOR_VERBOSE=true``), and the peering of
+``freeze``/``resume`` from ``TRIOPERATOR_PEERING``. Wrong or conflicting options are
 reported as usage errors (exit code 2) before anything connects to the cluster.
 """
 
@@ -64,8 +65,14 @@ app = App(
     name="trioperator",
     help="Kubernetes operators on trio, Kopf-compatible.",
     version=__version__,
-    config=cyclopts.config.Env("TRIOPERATOR_", command=False),
 )
+
+RUN_ENVIRONMENT = cyclopts.config.Env("TRIOPERATOR_", command=False)
+"""Every option of ``run`` (only) also comes from ``TRIOPERATOR_<OPTION>``: an operator's
+container is configured that way. The other commands are run by hand, where a variable left in
+the shell (``TRIOPERATOR_FORCE``, or an operator's ``TRIOPERATOR_ID``/``TRIOPERATOR_PRIORITY``
+in its pod) must not change what they do unseen; ``freeze``/``resume`` read only
+``TRIOPERATOR_PEERING``, the operator's peering."""
 
 LogFormat = Literal["full", "plain", "json"]
 
@@ -114,7 +121,7 @@ _CONTROLS: contextvars.ContextVar[CLIControls | None] = contextvars.ContextVar(
 )
 
 
-@app.command
+@app.command(config=RUN_ENVIRONMENT)
 def run(
     paths: list[str] | None = None,
     /,
@@ -330,7 +337,7 @@ def _tune_gc() -> None:
 @app.command
 def freeze(
     *,
-    peering: Annotated[str, Parameter(name=["--peering", "-P"])],
+    peering: Annotated[str, Parameter(name=["--peering", "-P"], env_var="TRIOPERATOR_PEERING")],
     lifetime: Annotated[int, Parameter(name=["--lifetime", "-t"])],
     namespace: Namespaces = None,
     all_namespaces: AllNamespaces = False,
@@ -391,7 +398,7 @@ def freeze(
 @app.command
 def resume(
     *,
-    peering: Annotated[str, Parameter(name=["--peering", "-P"])],
+    peering: Annotated[str, Parameter(name=["--peering", "-P"], env_var="TRIOPERATOR_PEERING")],
     namespace: Namespaces = None,
     all_namespaces: AllNamespaces = False,
     id: Identity = None,

@@ -190,11 +190,14 @@ def commands() -> list[Command]:
                 names = tuple(argument.positives) + negatives
             default = argument.field_info.default
             shown_default = "" if default is inspect.Parameter.empty else repr(default)
-            # cyclopts' Env source matches a variable against every name of an option; the
-            # long one is what users write (TRIOPERATOR_NAMESPACE, not TRIOPERATOR_N).
+            # A variable named on the option itself (freeze's --peering), else the command's
+            # Env source (run's only), which matches a variable against every name of an
+            # option; the long one is what users write (TRIOPERATOR_NAMESPACE, not _N).
             longs = [n for n in argument.positives if n.startswith("--")]
             env = None
-            if longs and not positional:
+            if argument.parameter.env_var:
+                env = argument.parameter.env_var[0]
+            elif longs and not positional and _reads_environment(sub):
                 env = "TRIOPERATOR_" + longs[0].removeprefix("--").replace("-", "_").upper()
             options.append(
                 Option(
@@ -209,6 +212,13 @@ def commands() -> list[Command]:
         summary = inspect.cleandoc(sub.help or "").split("\nParameters\n", 1)[0].strip()
         found.append(Command(name, summary, tuple(options)))
     return found
+
+
+def _reads_environment(command: Any) -> bool:
+    """Whether the command takes its options from ``TRIOPERATOR_<OPTION>`` (cyclopts' Env)."""
+    from cyclopts.config import Env
+
+    return any(isinstance(source, Env) for source in command.app_stack.resolve("_config") or ())
 
 
 def _command_names(app: Any) -> Iterator[str]:
@@ -227,8 +237,9 @@ def cli_page() -> str:
         "",
         "`trioperator COMMAND [OPTIONS]` (or `python -m trioperator ...`). "
         "`trioperator --version` prints the version, `trioperator COMMAND --help` the help "
-        "below. Every option can also be given as an environment variable "
-        "`TRIOPERATOR_<OPTION>` (its long name in capitals, `-` as `_`); the command line "
+        "below. Every option of `run` can also be given as an environment variable "
+        "`TRIOPERATOR_<OPTION>` (its long name in capitals, `-` as `_`), and the peering of "
+        "`freeze` and `resume` as `TRIOPERATOR_PEERING` (the column below); the command line "
         "wins. Wrong or conflicting options exit with code 2 before anything connects.",
         "",
     ]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -217,3 +218,55 @@ def test_conversion_webhook_reads_v1_as_v2_and_back(
         operator.stop()
         # Without the operator, the webhook is gone: the CRD goes too (its objects with it).
         kubectl("delete", "crd", GIZMOS, "--wait=false", check=False)
+
+
+EMPTY_DEFAULTS = """
+from __future__ import annotations
+
+import msgspec
+from trioperator import typed
+
+
+class Label(msgspec.Struct, frozen=True):
+    key: str
+
+
+class BlankSpec(msgspec.Struct, kw_only=True):
+    note: str = ""
+    label: Label = Label(key="")
+    words: tuple[str, ...] = ("a", "")
+    size: int = 1
+
+
+@typed.resource("noticed.trioperator.dev", "v1")
+class Blank(msgspec.Struct, kw_only=True):
+    spec: BlankSpec
+"""
+
+
+def test_a_crd_of_models_defaulting_to_empty_strings_is_accepted(
+    tmp_path: Path, kubectl: Kubectl
+) -> None:
+    # kube-apiserver 1.20 refuses a CRD with "" in a default; the generator leaves those out.
+    (tmp_path / "blanks.py").write_text(EMPTY_DEFAULTS)
+    generated = subprocess.run(
+        [sys.executable, "-m", "trioperator", "crd", str(tmp_path / "blanks.py")],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    ).stdout
+    created = subprocess.run(
+        [kubectl.binary, "create", "--dry-run=server", "-o", "json", "-f", "-"],
+        env=kubectl.env,
+        input=generated,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0, created.stderr
+    crd = json.loads(created.stdout)
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["size"]["default"] == 1
+    assert "default" not in spec["properties"]["note"]

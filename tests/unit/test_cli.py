@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from trioperator._engine.registry import OperatorRegistry
 from trioperator._runtime.program.operator import Operator
-from trioperator.cli import CLIControls, UsageError, load, main
+from trioperator.cli import CLIControls, UsageError, app, load, main
 
 
 def _run(argv: list[str], registry: OperatorRegistry | None = None) -> tuple[int, CLIControls]:
@@ -118,6 +118,40 @@ def test_the_version_is_written_by_the_install() -> None:
     assert trioperator.__version__ != "0+unknown"
     pep440 = r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[\w.]+)?"
     assert re.fullmatch(pep440, trioperator.__version__)
+
+
+def test_a_wheel_built_from_the_checkout_leaves_its_version_alone(tmp_path: Path) -> None:
+    """Building a wheel writes the version into the wheel only: a checkout's processes keep
+    saying the version of its install, whatever was built (and committed) since."""
+    import zipfile
+
+    import trioperator
+
+    root = Path(trioperator.__file__).parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a checkout: nothing is built from it")
+    # The sources as committed plus this tree's changes, with a commit of their own (a new
+    # version), built as scripts/check-wheel and scripts/scaffold-test build them.
+    copy = tmp_path / "src"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(copy)], check=True)
+    for name in ("pyproject.toml", "hatch_build.py", "trioperator/_version.py"):
+        if (root / name).exists():
+            (copy / name).write_bytes((root / name).read_bytes())
+    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-qam", "a later commit", "--allow-empty"], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "build", "-q", "--wheel", "--outdir", str(tmp_path / "dist"), "."],
+        cwd=copy,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert not (copy / "trioperator" / "_build_version.py").exists()
+    (wheel,) = (tmp_path / "dist").glob("trioperator-*.whl")
+    built = wheel.name.split("-")[1]
+    with zipfile.ZipFile(wheel) as archive:
+        module = archive.read("trioperator/_build_version.py").decode()
+    assert f'__version__ = "{built}"' in module
 
 
 def test_options_come_from_the_environment_too(monkeypatch: Any, capsys: Any) -> None:
@@ -346,3 +380,13 @@ def test_sharding_comes_from_the_environment_too(
     monkeypatch.setenv("TRIOPERATOR_SHARD_RING", "green")
     sharding = _operator_from(["run"], tmp_path, monkeypatch).settings.sharding
     assert (sharding.enabled, sharding.ring) == (True, "green")
+
+
+def test_freeze_reads_only_the_peering_from_the_environment(monkeypatch: Any) -> None:
+    # An operator's pod may carry TRIOPERATOR_PRIORITY/TRIOPERATOR_ID: a freeze run there by
+    # hand must keep its own priority (above the operator's) and identity, not the operator's.
+    monkeypatch.setenv("TRIOPERATOR_PEERING", "from-env")
+    monkeypatch.setenv("TRIOPERATOR_PRIORITY", "7")
+    monkeypatch.setenv("TRIOPERATOR_ID", "the-operator")
+    _, bound, *_ = app.parse_args(["freeze", "-t", "60"])
+    assert bound.arguments == {"peering": "from-env", "lifetime": 60}

@@ -218,3 +218,19 @@ def test_a_file_where_the_project_directory_would_be_is_refused(
     code, _, err = _new(["widgets", "--dir", str(tmp_path)], capsys)
     assert code == 2
     assert "exists and is not a directory" in err
+
+
+def test_trioperator_force_in_the_environment_does_not_force_new(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only `run` reads its options from the environment (docs/reference/environment.md): a
+    # TRIOPERATOR_FORCE left in the shell must not make `new` overwrite a user's files.
+    monkeypatch.setenv("TRIOPERATOR_FORCE", "true")
+    project = tmp_path / "widgets"
+    project.mkdir()
+    (project / "README.md").write_text("# mine\n")
+
+    code, _, err = _new(["widgets", "--dir", str(tmp_path)], capsys)
+    assert code == 2
+    assert "already has 1 of the project's files (README.md)" in err
+    assert (project / "README.md").read_text() == "# mine\n"

@@ -100,8 +100,8 @@ def _translate(
     for key in _PLAIN:
         if key in node:
             out[key] = node[key]
-    if out.get("default", 0) is None:
-        del out["default"]  # null is no default: the field is just absent
+    if out.get("default", 0) is None or _holds_empty_string(out.get("default")):
+        del out["default"]  # null is no default: the field is just absent; "": see below
     if "format" in out and out["format"] not in KNOWN_FORMATS:
         del out["format"]
     if node.get("contentEncoding") == "base64":
@@ -179,9 +179,28 @@ def _union(
     for key in ("description", "default"):
         if key in node and node[key] is not None:
             out[key] = node[key]
+    if _holds_empty_string(out.get("default")):
+        del out["default"]
     if nullable:
         out["nullable"] = True
     return out
+
+
+def _holds_empty_string(value: Any) -> bool:
+    """Whether a default has an empty string anywhere in it.
+
+    kube-apiserver 1.20 reads every ``""`` of a CRD's defaults as null and refuses the CRD
+    ("must be of type string: null"). JSON has no other way to say an empty string, so such a
+    default is left out: the field is absent until set, and the model's decoding gives it its
+    default (docs/typed-resources.md).
+    """
+    if value == "":
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_empty_string(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_empty_string(item) for item in value)
+    return False
 
 
 def _type_of_values(values: Iterable[Any], *, path: str) -> str:

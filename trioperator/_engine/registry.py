@@ -83,16 +83,12 @@ def _is_deleted(body: Any) -> bool:
         return False
 
 
-def _dedup_key(handler: BaseHandler) -> tuple[HandlerId, object]:
-    # The same function registered by several decorators (e.g. on.create + on.resume) must run
-    # once per cause. Bound methods are new objects on each access but compare equal, so use
-    # the function itself as the key where it is hashable.
-    fn: object = handler.fn
-    try:
-        hash(fn)
-    except TypeError:
-        fn = id(fn)
-    return handler.id, fn
+def _dedup_key(handler: BaseHandler) -> tuple[HandlerId, int]:
+    # The same function registered by several decorators (e.g. on.create + on.resume) runs once
+    # per cause. As in Kopf, "the same" is the same object: bound methods are new objects on
+    # each attribute access, so one method given to two decorators is two handlers (Kopf calls
+    # it twice too). The handlers keep their functions alive, so the ids stay unique.
+    return handler.id, id(handler.fn)
 
 
 def _fits_cause(
@@ -128,7 +124,7 @@ def _select_changing(
         return []  # informational causes (noop, free, gone) have no handlers
     real_deleted = _is_deleted(body) if deleted is None else deleted
     selected: list[ChangingHandler] = []
-    seen: set[tuple[HandlerId, object]] = set()
+    seen: set[tuple[HandlerId, int]] = set()
     for handler in handlers:
         if handler.id in excluded:
             continue
@@ -151,7 +147,7 @@ def _select_matching(
     excluded: Collection[str] = (),
 ) -> list[H]:
     selected: list[H] = []
-    seen: set[tuple[HandlerId, object]] = set()
+    seen: set[tuple[HandlerId, int]] = set()
     for handler in handlers:
         if handler.id in excluded:
             continue
@@ -233,7 +229,14 @@ class OperatorRegistry:
         return cached  # type: ignore[return-value]
 
     def get_activity_handlers(self, activity: Activity) -> list[ActivityHandler]:
-        return [h for h in self.get_handlers(ActivityHandler) if h.activity == activity]
+        selected: list[ActivityHandler] = []
+        seen: set[tuple[HandlerId, int]] = set()
+        for handler in self.get_handlers(ActivityHandler):
+            key = _dedup_key(handler)
+            if handler.activity == activity and key not in seen:
+                seen.add(key)
+                selected.append(handler)
+        return selected
 
     # These are asked for every event: straight to the cached lookup.
     def has_watching_handlers(self, resource: Resource) -> bool:

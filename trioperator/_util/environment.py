@@ -29,9 +29,11 @@ class EnvironmentVariable:
 VARIABLES: tuple[EnvironmentVariable, ...] = (
     EnvironmentVariable(
         "TRIOPERATOR_<OPTION>",
-        "Any option of the command line, e.g. `TRIOPERATOR_VERBOSE=true`, "
+        "Any option of `trioperator run`, e.g. `TRIOPERATOR_VERBOSE=true`, "
         "`TRIOPERATOR_NAMESPACE=ns1`, `TRIOPERATOR_LOG_FORMAT=json`: the option's long name in "
-        "capitals with `-` as `_`. An option given on the command line wins.",
+        "capitals with `-` as `_`. An option given on the command line wins. The other "
+        "commands (`new`, `crd`, `rbac`, `freeze`, `resume`) read none of them, except "
+        "`TRIOPERATOR_PEERING` for the peering of `freeze` and `resume`.",
         "trioperator.cli (cyclopts' `Env` configuration)",
         indirect=True,
     ),

@@ -118,3 +118,53 @@ async def test_sync_handler_in_a_thread_finishes_before_the_stop_completes(
     proceed.set()
     await running.wait_for(running.finished.is_set)
     assert running.obj()["status"]["create_fn"] == "done"
+
+
+async def test_a_stop_right_as_a_sync_handler_returns_keeps_its_outcome(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry
+) -> None:
+    # The stop comes from the handler's own thread just before it returns (default settings):
+    # its result and its progress must still reach the object before the operator exits, or
+    # the next start runs the handler again.
+    running: Any = None
+
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    def create_fn(**_: Any) -> str:
+        trio.from_thread.run_sync(running.operator.stop, trio_token=token)
+        return "done"
+
+    token = trio.lowlevel.current_trio_token()
+    running = await run_operator()
+    running.create()
+    await running.wait_for(running.finished.is_set)
+
+    obj = running.obj()
+    assert obj["status"]["create_fn"] == "done"
+    assert DIFFBASE in obj["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("patch_delay", [0.0, 0.5, 0.9])
+async def test_a_stop_while_a_handlers_outcome_is_being_written_keeps_it(
+    autojump_clock: Any, run_operator: Any, registry: kopf.OperatorRegistry, patch_delay: float
+) -> None:
+    # The outcome is two writes (the status, then the body with the diff-base), each slowed
+    # down here; together they stay within the exit timeout (2 s), so both must land.
+    @kopf.on.create("kopfexamples", id="create_fn", registry=registry)
+    def create_fn(**_: Any) -> str:
+        return "done"
+
+    running = await run_operator()
+    if patch_delay:
+        running.api.inject("PATCH", "*/kopfexamples/*", delay=patch_delay, times=None)
+    requests_before = len(running.api.requests)
+    running.create()
+    # The stop comes as soon as the outcome's first write has been sent.
+    await running.wait_for(
+        lambda: any(r.method == "PATCH" for r in running.api.requests[requests_before:]), limit=60
+    )
+    running.operator.stop()
+    await running.wait_for(running.finished.is_set)
+
+    obj = running.obj()
+    assert obj["status"]["create_fn"] == "done"
+    assert DIFFBASE in obj["metadata"]["annotations"]

@@ -3,8 +3,10 @@ mode"), so that when they start to match, that is their creation."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import trio
 import trioperator as kopf
 
@@ -107,3 +109,41 @@ async def test_when_filter_sees_the_cause_kwargs(
     running.patch({"spec": {"field": "wanted"}})
     await running.wait_for(lambda: ran != [])
     assert ran == ["create"]
+
+
+async def test_deletion_of_an_unmatched_object_is_not_logged(
+    autojump_clock: Any,
+    run_operator: Any,
+    registry: kopf.OperatorRegistry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trioperator")
+    seen: list[str] = []
+
+    @kopf.on.event("kopfexamples", registry=registry)
+    def spied(name: str, type: str, **_: Any) -> None:
+        seen.append(f"{type} {name}")
+
+    @kopf.on.update("kopfexamples", labels={"app": "x"}, registry=registry)
+    def updated(**_: Any) -> None:
+        pass
+
+    running = await run_operator()
+    running.create(name="kopf-unmatched")
+    running.create(name="kopf-matched", labels={"app": "x"})
+    await running.wait_for(lambda: {"ADDED kopf-unmatched", "ADDED kopf-matched"} <= set(seen))
+    await trio.sleep(30)
+    running.delete("kopf-unmatched")
+    running.delete("kopf-matched")
+    await running.wait_for(
+        lambda: "DELETED kopf-unmatched" in seen and "DELETED kopf-matched" in seen
+    )
+    await trio.sleep(30)
+
+    seen_off = [
+        record.k8s_ref["name"]  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.getMessage() == "Deleted, really deleted, and we are notified."
+    ]
+    # Only the object that a change handler takes in is seen off, as in Kopf.
+    assert seen_off == ["kopf-matched"]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import trio
 import trio.lowlevel
+from trioperator import on as kopf_on
 from trioperator._client.resources import Resource
 from trioperator._engine.filters import ABSENT, PRESENT
 from trioperator._engine.handlers import (
@@ -262,16 +263,45 @@ def test_same_function_and_id_runs_once_per_cause() -> None:
     assert changes(registry, Reason.CREATE, initial=True) == ["fn1"]
 
 
-def test_bound_methods_are_deduplicated_too() -> None:
+def test_handlers_are_deduplicated_by_the_identity_of_their_function_as_in_kopf() -> None:
+    # Kopf keys the deduplication on ``id(fn)``: each access to ``instance.handler`` makes a
+    # new bound-method object, equal to the others but not the same one, so the same method
+    # given to two decorators is two handlers there (and runs twice for one event). Same here:
+    # users run ``import trioperator as kopf`` and get the same calls.
     class Holder:
         def handler(self, **_: Any) -> None:
             pass
 
     instance = Holder()
     registry = OperatorRegistry()
+    kopf_on.event("kopfexamples", id="h", registry=registry)(instance.handler)
+    kopf_on.event("kopfexamples", id="h", registry=registry)(instance.handler)
+    watching = registry.iter_watching_handlers(resource=KEX, body=body(), kwargs={})
+    assert [handler.id for handler in watching] == ["h", "h"]
+
     registry.append(changing(instance.handler, id="h", reason=Reason.CREATE))
     registry.append(changing(instance.handler, id="h", reason=None, initial=True))
-    assert changes(registry, Reason.CREATE, initial=True) == ["h"]
+    assert changes(registry, Reason.CREATE, initial=True) == ["h", "h"]
+
+    # One and the same object under two decorators is one handler, bound method or not.
+    method = instance.handler
+    registry = OperatorRegistry()
+    kopf_on.event("kopfexamples", id="h", registry=registry)(method)
+    kopf_on.event("kopfexamples", id="h", registry=registry)(method)
+    watching = registry.iter_watching_handlers(resource=KEX, body=body(), kwargs={})
+    assert [handler.id for handler in watching] == ["h"]
+
+
+def test_an_activity_function_under_two_decorators_runs_once() -> None:
+    def started(**_: Any) -> None:
+        pass
+
+    registry = OperatorRegistry()
+    kopf_on.startup(id="started", registry=registry)(started)
+    kopf_on.startup(id="started", registry=registry)(started)
+    kopf_on.cleanup(id="started", registry=registry)(started)
+    assert [h.id for h in registry.get_activity_handlers(Activity.STARTUP)] == ["started"]
+    assert [h.id for h in registry.get_activity_handlers(Activity.CLEANUP)] == ["started"]
 
 
 def test_same_function_with_different_ids_runs_for_each() -> None:

@@ -160,7 +160,7 @@ async def process_changes(
     changing = registry.has_changing_handlers(resource)
     spawning = registry.has_spawning_handlers(resource)
     if event["type"] == "DELETED":
-        if changing:
+        if changing and _takes_in_gone(ctx, raw_body, memory, logger, patch):
             logger.debug("Deleted, really deleted, and we are notified.")
         return CycleOutcome(gone=True)
     if memory.journal_unchecked:
@@ -414,6 +414,31 @@ async def _process_changing_cause(
             # Not again when the daemons are done (the records say so too, after a restart).
             memory.deletion_handled = True
     return delay, done and reason is not Reason.DELETE
+
+
+def _takes_in_gone(
+    ctx: ResourceContext, raw_body: Any, memory: ObjectMemory, logger: Logger, patch: Patch | None
+) -> bool:
+    """Whether some change handler takes in an object that is gone (its last state): as in
+    Kopf, the goodbye is logged only for those, nothing for the objects left alone (stealth)."""
+    registry = ctx.registry
+    if registry.changing_unfiltered(ctx.resource):
+        return True
+    body = Body(raw_body)
+    old, new = _essences(registry, ctx.resource, ctx.settings.persistence, body)
+    made = _changing_cause(
+        ctx,
+        body,
+        patch or Patch(),
+        memory,
+        logger,
+        Reason.GONE,
+        False,
+        make_diff(old, new),
+        old,
+        new,
+    )
+    return registry.prematch_changing(resource=ctx.resource, body=body, kwargs=lambda: made.kwargs)
 
 
 def _changing_cause(
