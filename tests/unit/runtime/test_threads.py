@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -368,8 +369,16 @@ async def test_a_signal_raising_during_the_wait_in_place_leaves_and_the_token_co
     def interrupt(signum: int, frame: object) -> None:
         raise Interrupted
 
+    def blocked_in_the_wait() -> bool:
+        # The trio thread's innermost Python frame is the wait's while it blocks on the lock (a
+        # fixed sleep here would be too short on a busy machine: the signal would land before).
+        frame = sys._current_frames().get(main_thread)
+        return frame is not None and frame.f_code is threads._Call.wait.__code__
+
     def interrupting() -> str:
-        time.sleep(0.1)  # the trio thread is in its wait by then (it takes microseconds)
+        deadline = time.monotonic() + 10
+        while not blocked_in_the_wait() and time.monotonic() < deadline:
+            time.sleep(0.001)
         signal.pthread_kill(main_thread, signal.SIGUSR1)  # the trio thread is blocked: EINTR
         release.wait(10)
         return "done"
