@@ -377,8 +377,17 @@ async def test_tls_server_name(
 
 
 async def test_tls_client_certificate_from_data(
-    autojump_clock: MockClock, start_server, ca: trustme.CA, networking: NetworkingSettings
+    autojump_clock: MockClock,
+    start_server,
+    ca: trustme.CA,
+    networking: NetworkingSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The temporary files go to a directory of this test's own: other processes on the machine
+    # (another test run, a control plane's state directory) make "trioperator-" files in the
+    # shared one too, and one made during this request failed the test.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     client_ca = trustme.CA()
     client_cert = client_ca.issue_cert("operator@example.com")
     server = await start_server(server_context(ca, "127.0.0.1", client_ca=client_ca))

@@ -93,7 +93,7 @@ async def test_probes_that_return_none_are_left_out_as_in_kopf(
         pass
 
     @kopf.on.probe(id="zero", registry=registry)
-    def zero(**_: Any) -> int:
+    async def zero(**_: Any) -> int:
         return 0  # falsy, but not None: kept
 
     client = await start_liveness()

@@ -15,13 +15,15 @@ async def test_same_id_registered_twice_runs_the_first_one_only(
 ) -> None:
     ran: list[str] = []
 
+    # Async, for the sleep to show that the second one does not run (the autojump clock does
+    # not wait for a sync handler's worker thread).
     @kopf.on.create("kopfexamples", id="same", registry=registry)
-    def first(**_: Any) -> str:
+    async def first(**_: Any) -> str:
         ran.append("first")
         return "first"
 
     @kopf.on.create("kopfexamples", id="same", registry=registry)
-    def second(**_: Any) -> str:
+    async def second(**_: Any) -> str:
         ran.append("second")
         return "second"
 

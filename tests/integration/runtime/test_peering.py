@@ -37,8 +37,11 @@ def created(registry: kopf.OperatorRegistry) -> list[str]:
     """The names of the objects a create handler (registered here) has been called for."""
     names: list[str] = []
 
+    # Async: a sync one runs in a worker thread, which the autojump clock does not wait for;
+    # one started wrongly during a pause could still be in it when the sleep ends, and
+    # "nothing was created" would pass.
     @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, **_: Any) -> None:
+    async def fn(name: str, **_: Any) -> None:
         names.append(name)
 
     return names
@@ -321,8 +324,11 @@ async def test_namespaced_operators_peer_in_every_served_namespace_and_pause_as_
 ) -> None:
     created: list[str] = []
 
+    # Async: a sync one runs in a worker thread, which the autojump clock does not wait for;
+    # one started wrongly during a pause could still be in it when the sleep ends, and
+    # "nothing was created" would pass.
     @kopf.on.create("kopfexamples", registry=registry)
-    def fn(name: str, namespace: str, **_: Any) -> None:
+    async def fn(name: str, namespace: str, **_: Any) -> None:
         created.append(f"{namespace}/{name}")
 
     for namespace in ("ns1", "ns2"):

@@ -96,7 +96,13 @@ async def test_no_credential_appears_in_any_output_at_debug(
         with trio.fail_after(60):
             while logs.count("Handler 'create_fn' succeeded") == 0:  # noqa: ASYNC110
                 await trio.sleep(0.1)
-        await trio.sleep(0.5)
+            # Waited for, not assumed after a fixed real-time sleep: the k8s Events are posted
+            # from a queue of their own (on real time here).
+            while not any(  # noqa: ASYNC110
+                "Failing once" in event["message"]
+                for event in fake_api.objects("events", "default")
+            ):
+                await trio.sleep(0.1)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{operator.liveness_port}") as c:
             liveness = (await c.get("/healthz")).text
         exceptions.append(repr(info))

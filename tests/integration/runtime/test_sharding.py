@@ -408,16 +408,18 @@ async def test_owned_objects_go_with_their_owner_and_cluster_scoped_ones_are_sha
 ) -> None:
     handled: dict[tuple[str, str], list[str]] = {}
 
+    # Async, for the last sleep to show that no object is handled twice (a second run in a sync
+    # handler's worker thread could still be under way: the autojump clock does not wait for it).
     @kopf.on.create("kopfexamples", registry=registry)
-    def parent(name: str, memo: kopf.Memo, **_: Any) -> None:
+    async def parent(name: str, memo: kopf.Memo, **_: Any) -> None:
         handled.setdefault(("parent", name), []).append(memo["replica"])
 
     @kopf.on.create("configmaps", registry=registry)
-    def child(name: str, memo: kopf.Memo, **_: Any) -> None:
+    async def child(name: str, memo: kopf.Memo, **_: Any) -> None:
         handled.setdefault(("child", name), []).append(memo["replica"])
 
     @kopf.on.create("namespaces", registry=registry)
-    def namespace(name: str, memo: kopf.Memo, **_: Any) -> None:
+    async def namespace(name: str, memo: kopf.Memo, **_: Any) -> None:
         handled.setdefault(("namespace", name), []).append(memo["replica"])
 
     for name in ("alpha", "beta", "gamma"):

@@ -20,29 +20,30 @@ async def test_unmatched_object_is_untouched_then_created_when_it_matches(
     ran: list[str] = []
     events: list[str] = []
 
+    # The handlers are async: a sync one runs in a worker thread, which the autojump clock does
+    # not wait for, so the sleeps below would not show that no handler runs (one could still be
+    # in its thread when they end).
     # An unfiltered on.event handler: the operator sees every object (no label selector on
     # the watch), so the change handlers' filters decide client-side.
     @kopf.on.event("kopfexamples", registry=registry)
-    def spied(type: str, **_: Any) -> None:
+    async def spied(type: str, **_: Any) -> None:
         events.append(type)
 
     @kopf.on.create("kopfexamples", labels={"app": "x"}, registry=registry)
-    def created(**_: Any) -> None:
+    async def created(**_: Any) -> None:
         ran.append("create")
 
     @kopf.on.update("kopfexamples", labels={"app": "x"}, registry=registry)
-    def updated(**_: Any) -> None:
+    async def updated(**_: Any) -> None:
         ran.append("update")
 
     @kopf.on.delete("kopfexamples", labels={"app": "x"}, registry=registry)
-    def deleted(**_: Any) -> None:
+    async def deleted(**_: Any) -> None:
         ran.append("delete")
 
     running = await run_operator()
     running.create()
-    # The spy is sync, so it runs in a worker thread: the autojump clock does not wait for
-    # threads, so the event is awaited rather than assumed after a sleep.
-    await running.wait_for(lambda: events != [])
+    await running.wait_for(lambda: events != [])  # seen, and then nothing else
     await trio.sleep(30)
     metadata = running.obj()["metadata"]
     assert ran == []
@@ -63,12 +64,14 @@ async def test_object_that_stops_matching_keeps_no_finalizer_and_is_not_handled(
 ) -> None:
     ran: list[str] = []
 
+    # Async, so that a run started wrongly is over when the object is gone (the autojump clock
+    # does not wait for a sync handler's worker thread).
     @kopf.on.update("kopfexamples", labels={"app": "x"}, registry=registry)
-    def updated(**_: Any) -> None:
+    async def updated(**_: Any) -> None:
         ran.append("update")
 
     @kopf.on.delete("kopfexamples", labels={"app": "x"}, registry=registry)
-    def deleted(**_: Any) -> None:
+    async def deleted(**_: Any) -> None:
         ran.append("delete")
 
     running = await run_operator()
@@ -95,16 +98,18 @@ async def test_when_filter_sees_the_cause_kwargs(
 
     ran: list[str] = []
 
+    # Async, for the sleep to show that it does not run (a sync handler's worker thread is not
+    # waited for by the autojump clock).
     @kopf.on.create("kopfexamples", when=interesting, registry=registry)
-    def created(**_: Any) -> None:
+    async def created(**_: Any) -> None:
         ran.append("create")
 
     running = await run_operator()
     running.create()
+    await running.wait_for(lambda: ("create", False) in seen)  # the creation was filtered out
     await trio.sleep(30)
     assert ran == []
     assert running.writes() == []
-    assert ("create", False) in seen
 
     running.patch({"spec": {"field": "wanted"}})
     await running.wait_for(lambda: ran != [])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import trio
 import trioperator as kopf
 
 DIFFBASE = "kopf.zalando.org/last-handled-configuration"
@@ -59,7 +58,11 @@ async def test_max_workers_bounds_the_threads(
     for name in names:
         running.create(name=name)
     await running.wait_for(lambda: len(inside) == 2)
-    await trio.sleep(1)  # the others would have entered by now if they could
+    # The other two wait for a token: shown by the limiter itself, not by a sleep (the autojump
+    # clock does not wait for threads, so a third one could still be starting after any sleep).
+    limiter = running.operator.context.thread_limiter
+    await running.wait_for(lambda: limiter.statistics().tasks_waiting == 2)
+    assert limiter.statistics().borrowed_tokens == 2
     assert len(inside) == 2
     release.set()
     await running.wait_for(lambda: len(done) == 4)

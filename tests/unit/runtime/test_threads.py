@@ -4,7 +4,9 @@ cancellation, quick calls waited for in place."""
 from __future__ import annotations
 
 import contextvars
+import inspect
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -365,12 +367,36 @@ async def test_a_signal_raising_during_the_wait_in_place_leaves_and_the_token_co
     class Interrupted(Exception):
         pass
 
+    interrupted = threading.Event()
+    sending = threading.Lock()  # held while the worker sends; taken at the end to stop it
+
     def interrupt(signum: int, frame: object) -> None:
-        raise Interrupted
+        if not interrupted.is_set():  # once: the signals sent until one lands are ignored
+            interrupted.set()
+            raise Interrupted
+
+    # The line where the trio thread blocks, waiting for the call's result in place.
+    lines, first = inspect.getsourcelines(threads._Call.wait)
+    blocking = first + next(i for i, line in enumerate(lines) if "_signal.acquire(" in line)
+
+    def in_the_wait() -> bool:
+        frame = sys._current_frames().get(main_thread)
+        return (
+            frame is not None
+            and frame.f_code is threads._Call.wait.__code__
+            and frame.f_lineno == blocking
+        )
 
     def interrupting() -> str:
-        time.sleep(0.1)  # the trio thread is in its wait by then (it takes microseconds)
-        signal.pthread_kill(main_thread, signal.SIGUSR1)  # the trio thread is blocked: EINTR
+        # Signalled once the trio thread is seen at the blocking line, not after a fixed sleep
+        # (a busy machine can outlast any); and again until the handler has run, as a signal
+        # that comes between the line's start and the lock's wait does not interrupt the wait.
+        deadline = time.monotonic() + 10
+        while not interrupted.is_set() and time.monotonic() < deadline:
+            with sending:
+                if in_the_wait() and not interrupted.is_set():
+                    signal.pthread_kill(main_thread, signal.SIGUSR1)
+            interrupted.wait(0.01)
         release.wait(10)
         return "done"
 
@@ -379,6 +405,8 @@ async def test_a_signal_raising_during_the_wait_in_place_leaves_and_the_token_co
         with pytest.raises(Interrupted):
             await run_in_thread(interrupting, limiter=limiter, known_as=interrupting)
     finally:
+        with sending:  # no signal is sent any more: the handler can go
+            interrupted.set()
         signal.signal(signal.SIGUSR1, previous)
     assert limiter.borrowed_tokens == 1  # the thread runs on and holds it
     release.set()
