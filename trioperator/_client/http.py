@@ -63,11 +63,15 @@ logger = logging.getLogger(__name__)
 
 USER_AGENT = f"trioperator/{__version__}"
 
-MAX_CONCURRENT_REQUESTS = 32
+MAX_CONCURRENT_REQUESTS = 16
 """Regular requests in flight at once per credentials; the rest wait, oldest work first.
 
 Bounded, so a burst of workers cannot open thousands of sockets; the idle connections kept
 for reuse match it, so a busy operator reuses connections instead of churning handshakes.
+More in flight does not make a busy API server answer sooner: the queue moves into it (and
+each extra connection is one more TLS handshake on both sides). Against the local API server
+(benchmarks/README.md), 16 handled bursts faster than 32, with less of the server's CPU per
+object, and as fast as 8 or 12; 16 leaves room for a server with longer round trips.
 Watch streams hold their connection for minutes: they have their own, unbounded pool, so the
 101st watcher (or every patch behind 100 watchers) never waits for a free connection."""
 
