@@ -14,9 +14,10 @@ opens, and every wait polls a condition on trio's clock, so trio's ``MockClock``
         operator.assert_logged(r"Handler 'create_fn' succeeded")
 
 Why polling and not events: while a sync handler runs in a worker thread, an autojumping clock
-sees every task blocked and jumps to the nearest deadline. A short poll interval keeps that
-nearest deadline close, so a wait's own timeout is not reached in one jump while the thread is
-still working.
+sees every task blocked and jumps to the nearest deadline. A poll holds the clock still for a
+few real milliseconds while a thread runs, then sleeps a short interval, so a wait's own
+timeout is not reached in one jump while the thread is still working, and mock time still
+passes while a thread blocks on purpose (``_clockhold.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from trioperator._runtime.handling.loggers import object_prefix
 from trioperator._runtime.program.loading import load_operator_code
 from trioperator._runtime.program.operator import Operator
 from trioperator._runtime.program.options import OperatorOptions
+from trioperator.testing._clockhold import ClockHold, threads_busy
 from trioperator.testing.cluster import ClusterObjects
 from trioperator.testing.controlplane import CRDSource, RealControlPlane, load_crds
 from trioperator.testing.fakeapi import FakeAPI
@@ -704,8 +706,7 @@ class OperatorHarness:
 
     def _threads_busy(self) -> bool:
         context = getattr(self.operator, "context", None)
-        limiter = getattr(context, "thread_limiter", None)
-        return bool(limiter is not None and limiter.borrowed_tokens)
+        return threads_busy(getattr(context, "thread_limiter", None))
 
     async def _poll(
         self,
@@ -732,6 +733,11 @@ class OperatorHarness:
         interval: float | None = None,
     ) -> T:
         interval = self.poll_interval if interval is None else interval
+        # A sync handler works in real time; an idle mock clock would jump ahead meanwhile
+        # (timeouts firing early), so each poll holds it still for a few real milliseconds
+        # while a thread runs (see _clockhold.py). Against a real server, time is real and
+        # each check is a request: plain sleeps.
+        hold = ClockHold(self._threads_busy) if self._server is None else None
         last_error: LookupError | None = None
         with trio.move_on_after(limit):
             while True:
@@ -746,13 +752,10 @@ class OperatorHarness:
                     raise OperatorStoppedError(
                         f"The operator has stopped while waiting for {describe()}"
                     ) from self.exception
-                if self._server is None and self._threads_busy():
-                    # A sync handler works in real time; an idle mock clock would jump ahead
-                    # meanwhile (timeouts firing early). Staying runnable keeps the clock still.
-                    # (Against a real server, time is real and each check is a request.)
-                    await trio.lowlevel.checkpoint()
-                    continue
-                await trio.sleep(interval)
+                if hold is not None:
+                    await hold.pause(interval)
+                else:
+                    await trio.sleep(interval)
         message = f"Waited {limit}s (trio time) in vain for {describe()}"
         if last_error is not None:
             message += f"\nThe last lookup failed with: {last_error!r}"

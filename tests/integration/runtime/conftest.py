@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +13,7 @@ from trioperator._engine.registry import OperatorRegistry
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.program.operator import Operator
 from trioperator.testing import FakeAPI
+from trioperator.testing._clockhold import ClockHold, threads_busy
 
 if TYPE_CHECKING:
     from trioperator.testing._fakestore import Change
@@ -39,11 +39,6 @@ def obj() -> dict[str, Any]:
     return copy.deepcopy(OBJ)
 
 
-THREAD_HOLD = 0.005
-"""Real seconds the mock clock is held still per poll of ``Running.wait_for`` while a worker
-thread runs."""
-
-
 class Running:
     """A running operator and helpers to wait for what it does, without real sleeps."""
 
@@ -61,25 +56,19 @@ class Running:
         user code (a sync handler, mapper, probe): on a busy machine, where a thread takes
         milliseconds to start, the clock could jump through the limit, the operator's timers
         or a client's timeout meanwhile. So while a thread runs, each poll first holds the
-        clock still (it yields without sleeping) for up to ``THREAD_HOLD`` of real time: work
-        in threads takes next to no mock time, as on an idle machine. Bounded, so that a
-        thread that blocks on purpose (a sync daemon) still lets mock time pass.
+        clock still for a few real milliseconds, as the test kit's harness does (its
+        ``ClockHold``): work in threads takes next to no mock time, as on an idle machine, and
+        a thread that blocks on purpose (a sync daemon) still lets mock time pass.
         """
         with trio.fail_after(limit):
-            held_until = time.monotonic() + THREAD_HOLD
+            hold = ClockHold(self.threads_busy)
             while not predicate():  # polling what the fake API holds
-                if self.threads_busy() and time.monotonic() < held_until:
-                    await trio.lowlevel.checkpoint()
-                    continue
-                await trio.sleep(0.01)
-                held_until = time.monotonic() + THREAD_HOLD
+                await hold.pause(0.01)
 
     def threads_busy(self) -> bool:
         """Whether a worker thread runs now (the operator's, for user code, or trio's)."""
         context = self.operator.context
-        if context is not None and context.thread_limiter.borrowed_tokens:
-            return True
-        return bool(trio.to_thread.current_default_thread_limiter().borrowed_tokens)
+        return threads_busy(context.thread_limiter if context is not None else None)
 
     def obj(self, name: str = "kopf-example-1", namespace: str = "default") -> dict[str, Any]:
         return self.api.get_object("kopfexamples", name, namespace)

@@ -203,6 +203,38 @@ async def test_a_sync_handler_in_a_thread_does_not_trip_the_waits(
             )
 
 
+async def test_mock_time_passes_while_a_sync_daemon_blocks_until_stopped(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The waits hold the mock clock still while a worker thread runs, but not for ever: a sync
+    # daemon keeps its thread until the operator stops, and a timer needs mock time to come.
+    registry = kopf.OperatorRegistry()
+    stopped_by_operator: list[bool] = []
+
+    @kopf.daemon("kopfexamples", id="blocking", registry=registry)
+    def blocking(stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
+        logger.info("Blocking until stopped.")
+        # 20 s of real time at most: a harness that held the clock still for as long as the
+        # thread runs would fail this test (the timer comes only then) instead of hanging it.
+        stopped_by_operator.append(bool(stopped.wait(20)))
+
+    @kopf.timer("kopfexamples", id="ticking", interval=60, initial_delay=3, registry=registry)
+    async def ticking(logger: Any, **_: Any) -> None:
+        logger.info("Tick.")
+
+    async with run_operator(registry=registry, crds=[CRD]) as operator:
+        created = trio.current_time()
+        operator.api.create_object("kopfexamples", body())
+        await operator.wait_for_log("Blocking until stopped.")
+        await operator.wait_for_log("Tick.", timeout=10)
+        [ticked] = operator.logs.times("Tick.")
+        assert ticked is not None
+        assert ticked - created >= 3
+        # Its thread ran all along (it did not give up waiting for the harness to let time pass).
+        assert not stopped_by_operator, "the daemon's thread timed out with the clock held"
+    assert stopped_by_operator == [True]
+
+
 async def test_fixtures_namespaces_and_a_given_api(
     autojump_clock: trio.testing.MockClock,
     fake_api: FakeAPI,
