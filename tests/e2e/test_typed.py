@@ -18,17 +18,22 @@ TYPED = EXAMPLES / "typed"
 WIDGETS = "widgets.examples.trioperator.dev"  # other tests have their own "widgets"
 
 
-@pytest.fixture(scope="module")
-def typed_crd(kubectl: Kubectl) -> None:
-    """The CRD as the generator makes it now (not only the committed copy)."""
-    generated = subprocess.run(
-        [sys.executable, "-m", "trioperator", "crd", str(TYPED / "widgets.py")],
+def generate_crd(models: Path) -> str:
+    """What ``trioperator crd`` prints for a file of models (the generator as it is now)."""
+    return subprocess.run(
+        [sys.executable, "-m", "trioperator", "crd", str(models)],
         check=True,
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=60,
     ).stdout
+
+
+@pytest.fixture(scope="module")
+def typed_crd(kubectl: Kubectl) -> None:
+    """The CRD as the generator makes it now (not only the committed copy)."""
+    generated = generate_crd(TYPED / "widgets.py")
     kubectl("apply", "-f", "-", input=generated)
     kubectl(
         "wait",
@@ -138,14 +143,7 @@ def _wait_for(predicate: Any, what: str, timeout: float = 30) -> Any:
 def test_conversion_webhook_reads_v1_as_v2_and_back(
     kubectl: Kubectl, namespace: str, run_operator: Any
 ) -> None:
-    generated = subprocess.run(
-        [sys.executable, "-m", "trioperator", "crd", str(TYPED / "gizmos.py")],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    ).stdout
+    generated = generate_crd(TYPED / "gizmos.py")
     kubectl("apply", "-f", "-", input=generated)
     kubectl("wait", "--for=condition=Established", f"crd/{GIZMOS}", "--timeout=30s")
     operator = run_operator("-n", namespace, str(TYPED / "gizmos.py"))
@@ -249,14 +247,7 @@ def test_a_crd_of_models_defaulting_to_empty_strings_is_accepted(
 ) -> None:
     # kube-apiserver 1.20 refuses a CRD with "" in a default; the generator leaves those out.
     (tmp_path / "blanks.py").write_text(EMPTY_DEFAULTS)
-    generated = subprocess.run(
-        [sys.executable, "-m", "trioperator", "crd", str(tmp_path / "blanks.py")],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-    ).stdout
+    generated = generate_crd(tmp_path / "blanks.py")
     created = subprocess.run(
         [kubectl.binary, "create", "--dry-run=server", "-o", "json", "-f", "-"],
         env=kubectl.env,
