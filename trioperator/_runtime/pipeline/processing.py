@@ -160,7 +160,12 @@ async def process_changes(
     changing = registry.has_changing_handlers(resource)
     spawning = registry.has_spawning_handlers(resource)
     if event["type"] == "DELETED":
-        if changing and _takes_in_gone(ctx, raw_body, memory, logger, patch):
+        # The filters are checked only for the debug line's sake: not unless it is logged.
+        if (
+            changing
+            and logger.isEnabledFor(logging.DEBUG)
+            and _takes_in_gone(ctx, raw_body, memory, logger, patch)
+        ):
             logger.debug("Deleted, really deleted, and we are notified.")
         return CycleOutcome(gone=True)
     if memory.journal_unchecked:
