@@ -29,7 +29,7 @@ from trioperator._engine.filters import (
     WhenFilterFn,
     parse_field,
 )
-from trioperator._engine.flavors import Flavor, check_flavor
+from trioperator._engine.flavors import Flavor, check_flavor, is_async_callable
 from trioperator._engine.ids import HandlerId
 from trioperator._engine.reasons import Reason
 from trioperator._engine.selectors import Selector
@@ -109,6 +109,12 @@ class BaseHandler:
 
     def __str__(self) -> str:
         return f"{self._noun} {self.id!r}"
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """Whether calling ``fn`` gives a coroutine: looked up once (``fn`` is fixed), not at
+        every call of the handler (every run of every timer)."""
+        return is_async_callable(self.fn)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)

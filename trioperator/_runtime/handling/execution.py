@@ -40,7 +40,7 @@ from trioperator._engine.progression import HandlerOutcome, HandlerState, State,
 from trioperator._engine.registry import SubRegistry, collect_subhandlers
 from trioperator._engine.settings import OperatorSettings
 from trioperator._runtime.handling.asyncio_bridge import in_asyncio, run_trio_from_asyncio
-from trioperator._runtime.handling.invocation import invoke, is_async_fn
+from trioperator._runtime.handling.invocation import invoke
 from trioperator._runtime.handling.loggers import Logger
 from trioperator._runtime.support.metrics import OperatorMetrics
 
@@ -163,7 +163,7 @@ def handler_kwargs(
     handler_state: HandlerState,
     now: datetime.datetime,
 ) -> dict[str, Any]:
-    kwargs = dict(cause.kwargs)
+    kwargs = dict(cause.kwargs)  # some causes keep theirs (daemons'): never write into it
     if isinstance(handler, ResourceHandler) and handler.field and isinstance(cause, ChangingCause):
         kwargs["old"] = resolve(cause.old, handler.field)
         kwargs["new"] = resolve(cause.new, handler.field)
@@ -175,7 +175,9 @@ def handler_kwargs(
         param=handler.param,
     )
     # Indices (and any explicitly provided extras) win over framework kwargs of the same name.
-    kwargs.update(cause.indices)
+    indices = cause.indices
+    if indices:
+        kwargs.update(indices)
     return kwargs
 
 
@@ -187,8 +189,12 @@ async def run_handler_once(
     execution: Execution,
     logger: Logger,
     default_errors: ErrorsMode = ErrorsMode.TEMPORARY,
+    now: datetime.datetime | None = None,
 ) -> HandlerOutcome:
-    """Invoke one handler once and classify what happened (and count it in the metrics)."""
+    """Invoke one handler once and classify what happened (and count it in the metrics).
+
+    ``now``: the wall-clock time of the call, if the caller has just read it (``None``: read).
+    """
     started = trio.current_time()
     outcome = await _run_handler_once(
         handler,
@@ -197,6 +203,7 @@ async def run_handler_once(
         execution=execution,
         logger=logger,
         default_errors=default_errors,
+        now=execution.now() if now is None else now,
     )
     metrics = execution.metrics
     if metrics is not None:
@@ -218,8 +225,8 @@ async def _run_handler_once(
     execution: Execution,
     logger: Logger,
     default_errors: ErrorsMode,
+    now: datetime.datetime,
 ) -> HandlerOutcome:
-    now = execution.now()
     name = str(handler)
     errors = handler.errors or default_errors
     backoff = handler.backoff if handler.backoff is not None else execution.default_backoff
@@ -367,7 +374,7 @@ async def _invoke_in_time(
 ) -> Any:
     # Only async handlers can be interrupted; a thread runs to its end regardless.
     abandon = execution.abandon_threads
-    is_async = is_async_fn(handler.fn)
+    is_async = handler.is_async
     if time_left is None or not is_async:
         return await invoke(
             handler.fn,

@@ -43,7 +43,6 @@ from trioperator._engine.patches import Patch
 from trioperator._engine.settings import BackgroundSettings, OperatorSettings
 from trioperator._engine.stoppers import DaemonStoppingReason, SyncDaemonStopped
 from trioperator._runtime.handling.execution import Execution
-from trioperator._runtime.handling.invocation import is_async_fn
 from trioperator._runtime.handling.loggers import ObjectLogger
 from trioperator._runtime.objects.alarms import AlarmClock
 from trioperator._runtime.objects.daemon_flags import AsyncDaemonStopped, TrioDaemonStopper
@@ -123,7 +122,7 @@ class DaemonsKeeper:
     ) -> Daemon:
         daemons = memory.daemons
         assert daemons.live_body is not None
-        is_async = is_async_fn(handler.fn)
+        is_async = handler.is_async
         stopper = TrioDaemonStopper(alarms=self._alarms)
         stopped = AsyncDaemonStopped(stopper) if is_async else SyncDaemonStopped(stopper)
         cause = DaemonCause(

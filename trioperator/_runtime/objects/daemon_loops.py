@@ -13,6 +13,7 @@ The task that runs a loop, and how it is stopped, is the keeper's (``daemon_keep
 
 from __future__ import annotations
 
+import datetime
 import inspect
 from typing import Any
 
@@ -78,18 +79,30 @@ class DaemonLoops:
             await self._sleep(daemon.stopper, float(seconds))
 
     async def _invoke(
-        self, daemon: Daemon, cause: DaemonCause, state: HandlerState
-    ) -> tuple[HandlerOutcome, HandlerState]:
+        self,
+        daemon: Daemon,
+        cause: DaemonCause,
+        state: HandlerState,
+        *,
+        now: datetime.datetime | None = None,
+    ) -> tuple[HandlerOutcome, HandlerState | None]:
+        """One call; the state for the next attempt (``None`` after a final outcome: a new
+        round starts from scratch, or the loop ends). ``now``: the state's start, if just made."""
         outcome = await run_handler_once(
             daemon.handler,
             cause=cause,
             handler_state=state,
             execution=self._execution,
             logger=daemon.logger,
+            now=now,
         )
-        state = state.with_outcome(outcome, now=self._execution.now())
+        # Only a retry carries the state on: after a final outcome it is never read again,
+        # and a timer's every run ends so (not worth a clock reading and a new state).
+        following = None
+        if not outcome.final:
+            following = state.with_outcome(outcome, now=self._execution.now())
         await self._apply(daemon, cause.patch, outcome)
-        return outcome, state
+        return outcome, following
 
     async def _apply(self, daemon: Daemon, patch: Patch, outcome: HandlerOutcome) -> None:
         """Deliver the result and apply the patch of one call; keep 422-rejected functions."""
@@ -118,11 +131,14 @@ class DaemonLoops:
         handler = daemon.handler
         stopper = daemon.stopper
         await self._initial_delay(daemon, cause)
-        state = HandlerState.from_scratch(now=self._execution.now())
+        start = self._execution.now()
+        state = HandlerState.from_scratch(now=start)
+        now: datetime.datetime | None = start  # for the first call only: read just now
         while not stopper.is_set():
-            outcome, state = await self._invoke(daemon, cause, state)
-            if outcome.final:
+            outcome, following = await self._invoke(daemon, cause, state, now=now)
+            if following is None:  # a final outcome
                 break
+            state, now = following, None
             await self._sleep(stopper, outcome.delay or 0)
         if stopper.is_set():
             daemon.logger.debug(
@@ -141,8 +157,10 @@ class DaemonLoops:
         await self._initial_delay(daemon, cause)
         state: HandlerState | None = None
         while not stopper.is_set():
-            if state is None or state.finished:
-                state = HandlerState.from_scratch(now=self._execution.now())  # a new round
+            now: datetime.datetime | None = None
+            if state is None:  # a new round (the first, or after a final outcome)
+                now = self._execution.now()
+                state = HandlerState.from_scratch(now=now)
 
             if handler.idle is not None:
                 # The idle time restarts with every essential change: sleep until it is over.
@@ -153,9 +171,10 @@ class DaemonLoops:
                     await self._sleep(stopper, remaining)
                 if stopper.is_set():
                     break
+                now = None  # time has passed: the call reads the clock itself
 
             started = trio.current_time()
-            outcome, state = await self._invoke(daemon, cause, state)
+            outcome, state = await self._invoke(daemon, cause, state, now=now)
             if not outcome.final:
                 # Errors override the schedule: the retry delay instead of the interval.
                 await self._sleep(stopper, outcome.delay or 0)
