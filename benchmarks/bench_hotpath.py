@@ -101,6 +101,11 @@ CRD: dict[str, Any] = {
 MANAGED_FIELDS = False
 """Add ``metadata.managedFields`` as a real API server keeps them (the fake keeps none)."""
 
+LATENCY = 0.0
+"""Seconds each request (not a watch) waits before the fake answers it: a slow API server, so
+that a burst outruns the operator and a backlog builds up (on the mock clock, this costs no
+real time)."""
+
 
 def _managed_fields(index: int) -> list[dict[str, Any]]:
     # What kube-apiserver 1.20 records for an object created by one client, then merge-patched
@@ -252,7 +257,10 @@ class InMemorySession:
         connect_timeout: float | None = None,
         max_size: int | None = None,
     ) -> HTTPResponse:
-        await trio.lowlevel.checkpoint()
+        if LATENCY:
+            await trio.sleep(LATENCY)
+        else:
+            await trio.lowlevel.checkpoint()
         with self.meter():
             response = await self.fake._handle(
                 self._request(method, path, params, content, headers)

@@ -28,6 +28,7 @@ has its own namespace (objects and Leases), removed afterwards. Prints a Markdow
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import os
@@ -135,6 +136,19 @@ class Replica:
         match = re.search(r"^rchar:\s+(\d+)", io, re.MULTILINE)
         return events, int(match.group(1)) if match else 0
 
+    def requests(self) -> collections.Counter[str]:
+        """API requests made so far, by verb (and HTTP code when not a success)."""
+        with urllib.request.urlopen(self.metrics, timeout=10) as response:
+            text = response.read().decode()
+        counts: collections.Counter[str] = collections.Counter()
+        for line in text.splitlines():
+            if line.startswith("trioperator_api_requests_total{"):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+                code = labels.get("code", "")
+                verb = labels.get("verb", "?") + ("" if code.startswith("2") else f" {code}")
+                counts[verb] += int(float(line.rsplit(" ", 1)[1]))
+        return counts
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
@@ -232,12 +246,16 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
             time.sleep(0.2)
 
         before = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        asked = [replica.requests() for replica in replicas]
         started = time.monotonic()
         loader = create(args.kubeconfig, namespace, "burst", args.count)
         finished = wait_handled(args.kubeconfig, namespace, "burst", args.count)
         loader.wait()
         after = [(replica.usage()[0], *replica.received()) for replica in replicas]
         result["burst_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+        result["requests"] = [
+            dict(replica.requests() - old) for replica, old in zip(replicas, asked, strict=True)
+        ]
         result["events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
         result["bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
         result["seconds"] = finished - started
@@ -340,6 +358,13 @@ def main() -> None:
             f"| {per_object:.2f} | {result['cpu']:.1f} "
             f"| {result['peak_rss_mib']:.0f} |"
         )
+    print("\nAPI requests per replica over the burst (by verb; HTTP code if not 2xx):\n")
+    for result in results:
+        asked = "; ".join(
+            ", ".join(f"{verb} {count}" for verb, count in sorted(counts.items())) or "none"
+            for counts in result["requests"]
+        )
+        print(f"- {result['mode']}, {result['replicas']}: {asked}")
     print(
         f"\nThen two patches of each of the {args.count} objects (no handler runs; counted until"
         " no replica receives anything for 3 s):\n"

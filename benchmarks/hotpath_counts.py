@@ -13,10 +13,16 @@ With ``--mock-clock`` (the default) the run is on trio's ``MockClock`` with an a
 deadline depends on how busy the machine is, and the figures repeat exactly from run to run;
 ``--real-clock`` runs as ``bench_hotpath.py`` does.
 
+``--latency S`` makes the fake answer every request (not the watch) S seconds late, as a busy
+API server does: the burst then outruns the operator and a backlog builds up. It tells whether
+an object costs more when it waits in a backlog (it does not: the counts per object go down, as
+more events are batched).
+
 Usage::
 
     .venv/bin/python benchmarks/hotpath_counts.py                    # 500 objects, async
     .venv/bin/python benchmarks/hotpath_counts.py --sync --top 40     # + the 40 most called
+    .venv/bin/python benchmarks/hotpath_counts.py --latency 0.02      # a slow API server
     PYTHONPATH=/tmp/other-build .venv/bin/python benchmarks/hotpath_counts.py   # another build
 """
 
@@ -71,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync", action="store_true", help="a sync handler (in threads)")
     parser.add_argument("--real-clock", action="store_true", help="not on trio's MockClock")
     parser.add_argument("--top", type=int, default=0, help="list the N most called functions")
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="seconds before the fake answers a request"
+    )
+    parser.add_argument("--batch", type=int, default=10, help="creations between checkpoints")
     args = parser.parse_args(argv)
+    bench.LATENCY = args.latency
 
     bench.configure_logging(verbose=False)
     sink = open(os.devnull, "w")  # noqa: SIM115 -- lives as long as the process
@@ -103,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     async def run() -> Any:
         trio.lowlevel.add_instrument(steps)
         return await bench.one_run(
-            count=args.objects, warmup=50, batch=10, sync=args.sync, profiler=Switch()
+            count=args.objects, warmup=50, batch=args.batch, sync=args.sync, profiler=Switch()
         )
 
     bench.trio._core._run._r.seed(bench.SEED)
