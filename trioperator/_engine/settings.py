@@ -48,6 +48,10 @@ class ProcessSettings:
     ultimate_exiting_timeout: float | None = 10 * 60
     """After a stop is requested, the process is forcibly ended if it has not exited by then."""
 
+    memory_trim_interval: float | None = 5 * 60
+    """Seconds between handing free memory back to the system (glibc's ``malloc_trim``); None
+    or 0: never. Without it, memory freed inside the C allocator's heap stays in the RSS."""
+
 
 @dataclasses.dataclass
 class PostingSettings:

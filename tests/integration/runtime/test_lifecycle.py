@@ -13,6 +13,7 @@ KeyboardInterrupt, or the end of the test process for SIGTERM) -- whatever goes 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -25,6 +26,7 @@ from tests.integration.conftest import results
 from tests.integration.runtime.conftest import Running
 from trioperator._client.credentials import ConnectionInfo, Vault
 from trioperator._runtime.program.operator import Operator
+from trioperator._runtime.support import memory_trim
 from trioperator.testing import FakeAPI
 
 ULTIMATE = "settings.process.ultimate_exiting_timeout"
@@ -539,3 +541,51 @@ async def test_ultimate_exiting_timeout_set_by_a_startup_handler_bounds_the_clea
     assert len(cleanup) == 1  # started, never finished
     assert logs.times(ULTIMATE) == [stopped_at + 20]
     assert ended_at == pytest.approx(stopped_at + 20, abs=0.05)
+
+
+# ------------------------------------------------------------------ memory trimming
+
+
+@pytest.mark.parametrize("interval", [60, None])
+async def test_free_memory_is_handed_back_every_trim_interval_while_the_operator_runs(
+    autojump_clock: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    settings: kopf.OperatorSettings,
+    start: Callable[..., Run],
+    interval: float | None,
+) -> None:
+    trims: list[float] = []
+
+    def trim() -> int:
+        trims.append(trio.current_time())
+        return 1
+
+    async def in_place(fn: Callable[[], int]) -> int:
+        # Not in a real thread: the jumping clock would not wait for it (that the trim runs in
+        # a worker thread is tested in tests/unit/runtime/test_memory_trim.py).
+        return fn()
+
+    monkeypatch.setattr(memory_trim, "libc_trimmer", lambda: trim)
+    monkeypatch.setattr(memory_trim, "in_worker_thread", in_place)
+    settings.process.memory_trim_interval = interval
+    run = start()
+    await run.ready()
+    started = trio.current_time()
+    await trio.sleep(200)
+    await run.stop()
+    await trio.sleep(200)  # stopped: no more trims
+
+    assert run.error is None
+    if interval is None:
+        assert trims == []
+    else:
+        assert len(trims) == 3
+        assert trims[0] <= started + 60
+        assert [later - earlier for earlier, later in itertools.pairwise(trims)] == [
+            pytest.approx(60, abs=0.05),
+            pytest.approx(60, abs=0.05),
+        ]
+
+
+def test_memory_trim_interval_defaults_to_five_minutes() -> None:
+    assert kopf.OperatorSettings().process.memory_trim_interval == 300

@@ -14,6 +14,7 @@ Task tree (every task belongs to exactly one nursery; nothing outlives ``Operato
     ├── liveness (with -L)                on.probe results + the health of every watcher
     │                                     (+ the metrics, when they share its host:port)
     ├── metrics (with --metrics)          Prometheus' text format of the operator's metrics
+    ├── memory trimmer                    free memory back to the system, every few minutes
     ├── authenticator                     login handlers -> credentials vault; re-login on 401
     └── posting nursery
         ├── event poster                  queued k8s Events -> POST; drained on a graceful stop
@@ -100,6 +101,7 @@ from trioperator._runtime.program.options import OperatorOptions
 from trioperator._runtime.program.orchestration import Orchestration
 from trioperator._runtime.program.probing import serve_liveness
 from trioperator._runtime.support.httpserver import Handler, Request, Response
+from trioperator._runtime.support.memory_trim import trim_memory_forever
 from trioperator._runtime.support.metrics import OperatorMetrics, metrics_response, serve_metrics
 from trioperator._util.endpoints import parse_endpoint
 from trioperator._util.lognames import framework_logger
@@ -337,6 +339,7 @@ class Operator:
                                 limits=settings.serving,
                             )
                         )
+                    await root.start(trim_memory_forever, settings.process.memory_trim_interval)
                     await root.start(self._run_authenticator, execution)
                     api = self.api = context.api = APIClient(
                         self.vault, settings.networking, observer=self.metrics
