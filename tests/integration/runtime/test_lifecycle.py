@@ -560,13 +560,7 @@ async def test_free_memory_is_handed_back_every_trim_interval_while_the_operator
         trims.append(trio.current_time())
         return 1
 
-    async def in_place(fn: Callable[[], int]) -> int:
-        # Not in a real thread: the jumping clock would not wait for it (that the trim runs in
-        # a worker thread is tested in tests/unit/runtime/test_memory_trim.py).
-        return fn()
-
     monkeypatch.setattr(memory_trim, "libc_trimmer", lambda: trim)
-    monkeypatch.setattr(memory_trim, "in_worker_thread", in_place)
     settings.process.memory_trim_interval = interval
     run = start()
     await run.ready()

@@ -4,16 +4,20 @@ An operator allocates and frees all the time: decoded watch events, API answers,
 bodies. CPython takes its small objects from its own arenas, which it returns once they are
 empty. Anything larger comes from the C allocator. glibc's allocator returns only the free
 memory at the top of its heap. Chunks freed below a chunk still in use stay in the process,
-free but counted in its RSS. In an hour-long soak (``benchmarks/RESULTS-soak.md``) the heap
+free but counted in its RSS. In a two-hour soak (``benchmarks/RESULTS-soak.md``) the heap
 grew by about 1 MiB per hour this way while the live objects stayed flat. One
 ``malloc_trim(0)`` in the running operator gave 2.9 MiB back and brought the heap below where
 it was after the warm-up.
 
 So the operator calls ``malloc_trim(0)`` every ``settings.process.memory_trim_interval``
 seconds. Measured on fragmented heaps, a call took 3 ms where it released 10 MiB and 0.3 ms
-after that, and 150 ms where it released 510 MiB of a 770 MiB heap. It runs in a worker thread,
-so the event loop never waits for it. On a C library without ``malloc_trim`` (musl, macOS)
-nothing is done.
+after that, and 150 ms where it released 510 MiB of a 770 MiB heap (once; the next call took
+30 ms). It runs on the event loop, like a collection of the garbage collector: in a worker
+thread it would make the operator's timing depend on a real thread, and under a test's jumping
+mock clock the virtual time would race ahead while the thread runs. On a C library without
+``malloc_trim`` (musl, macOS) nothing is done. An operator embedded in a host process trims
+the host's heap too (the allocator is the process's): a host that minds can set the interval
+to None.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable
 
 import trio
 
-__all__ = ["in_worker_thread", "libc_trimmer", "trim_memory_forever"]
+__all__ = ["libc_trimmer", "trim_memory_forever"]
 
 logger = logging.getLogger("trioperator.memory")
 
@@ -45,12 +49,6 @@ def libc_trimmer() -> Callable[[], int] | None:
     return trim_all
 
 
-async def in_worker_thread(trim: Callable[[], int]) -> int:
-    """Where a trim runs: in a worker thread. The allocator holds its lock while it walks the
-    heap, and the walk grows with the heap (an operator with a hundred thousand objects)."""
-    return await trio.to_thread.run_sync(trim)
-
-
 async def trim_memory_forever(
     interval: float | None,
     *,
@@ -65,5 +63,5 @@ async def trim_memory_forever(
         return
     while True:
         await trio.sleep(interval)
-        await in_worker_thread(trim)
+        trim()
         logger.debug("Free memory was handed back to the system (malloc_trim).")
