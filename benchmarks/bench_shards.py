@@ -322,9 +322,27 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
         for replica in replicas:
             replica.stop()
             (work / f"{replica.name}.log").write_text("".join(replica.lines))
-        kubectl(args.kubeconfig, "delete", "benchobjects", "--all", "-n", namespace, "--wait=false")
-        kubectl(args.kubeconfig, "delete", "namespace", namespace, "--wait=false")
+        try:
+            remove_namespace(args.kubeconfig, namespace)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            print(f"could not remove namespace {namespace}: {exc}", file=sys.stderr)
     return result
+
+
+def remove_namespace(kubeconfig: str, namespace: str) -> None:
+    """Delete the run's objects, then its namespace, for good.
+
+    scripts/kube-up runs no controller-manager, so a deleted namespace would stay "Terminating"
+    for ever (each run left one behind on the shared API server). The objects carry no
+    finalizer (the operator has only a create handler): they go first, then the namespace's own
+    finalizer is cleared, as the namespace controller would after emptying it.
+    """
+    kubectl(kubeconfig, "delete", "benchobjects", "--all", "-n", namespace, "--timeout=120s")
+    kubectl(kubeconfig, "delete", "namespace", namespace, "--wait=false")
+    body = json.loads(kubectl(kubeconfig, "get", "namespace", namespace, "-o", "json"))
+    body["spec"]["finalizers"] = []
+    path = f"/api/v1/namespaces/{namespace}/finalize"
+    kubectl(kubeconfig, "replace", "--raw", path, "-f", "-", stdin=json.dumps(body))
 
 
 def main() -> None:
