@@ -2,7 +2,8 @@
 
     python benchmarks/bench_shards.py [--count 300] [--replicas 1,2,3] [--delay 0.2]
                                       [--worker-limit 10] [--takeover] [--kubeconfig PATH]
-                                      [--modes filter,labels]
+                                      [--modes filter,labels] [--count-calls]
+                                      [--idle-window 5]
 
 Each replica runs ``trioperator run --shards auto`` as its own process, with the same per-replica
 worker limit (``settings.queueing.worker_limit``) and a creation handler that awaits ``--delay``
@@ -19,7 +20,13 @@ replica watches every object) and ``labels`` (each watches its buckets only). Fo
 over the burst alone (from the first creation until every object is handled): the watch events
 it received (its ``trioperator_watch_events_total``, listings included), the bytes it read
 (``rchar`` of ``/proc/PID/io``: the API server's answers and watch streams, TLS included), and
-its CPU seconds; the total CPU of all replicas per object.
+its CPU seconds and context switches; the total CPU of all replicas per object. Before the
+burst, ``--idle-window`` seconds (5) of the formed ring at rest give each replica's cost per
+second with nothing to handle (the Leases), which a burst pays per second, not per object.
+
+``--count-calls``: each replica also counts its Python call events (a profile hook on the
+thread of its trio loop). CPU seconds on 2 shared cores can grow with the number of processes
+that share them; the call events cannot, so they show whether the work itself divides.
 
 Without ``--kubeconfig``, the shared local API server (``scripts/kube-up``) is used. Each run
 has its own namespace (objects and Leases), removed afterwards. Prints a Markdown table.
@@ -63,6 +70,31 @@ import trioperator as kopf
 
 REPLICA = os.environ["SHARD_REPLICA"]
 
+# --count-calls: the main thread's Python call events (what the trio loop runs), counted by a
+# profile hook and written to a file that the harness reads, as a figure of the work done that
+# does not depend on how busy the 2 cores are (the hook itself slows the replica down).
+CALLS_FILE = os.environ.get("SHARD_CALLS_FILE")
+if CALLS_FILE:
+    import sys
+    import threading
+    import time
+
+    calls = [0]
+
+    def count_call(frame, event, arg):
+        if event == "call" or event == "c_call":
+            calls[0] += 1
+
+    def write_calls():
+        while True:
+            time.sleep(0.05)
+            with open(CALLS_FILE + ".tmp", "w") as file:
+                file.write(str(calls[0]))
+            os.replace(CALLS_FILE + ".tmp", CALLS_FILE)
+
+    threading.Thread(target=write_calls, daemon=True).start()
+    sys.setprofile(count_call)  # the main thread's, where the operator's trio loop runs
+
 
 @kopf.on.startup()
 def configure(settings, **_):
@@ -91,9 +123,17 @@ def _free_port() -> int:
 
 
 class Replica:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], metrics: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str],
+        metrics: str,
+        calls_file: Path | None = None,
+    ) -> None:
         self.name = name
         self.metrics = metrics
+        self.calls_file = calls_file
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
@@ -129,6 +169,28 @@ class Replica:
         status = Path(f"/proc/{pid}/status").read_text()
         match = re.search(r"VmHWM:\s+(\d+) kB", status)
         return cpu, (int(match.group(1)) / 1024 if match else 0.0)
+
+    def switches(self) -> tuple[int, int]:
+        """Context switches so far: voluntary (it waited) and involuntary (it was preempted)."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        voluntary = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.MULTILINE)
+        preempted = re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.MULTILINE)
+        return (
+            int(voluntary.group(1)) if voluntary else 0,
+            int(preempted.group(1)) if preempted else 0,
+        )
+
+    def calls(self) -> int:
+        """Python call events of the main thread so far (``--count-calls``; else 0)."""
+        if self.calls_file is None:
+            return 0
+        return int(self.calls_file.read_text() or 0)
+
+    def snapshot(self) -> tuple[float, float, int, int, int, int]:
+        """CPU s, watch events, bytes read, call events, voluntary and involuntary switches."""
+        if self.calls_file is not None:
+            time.sleep(0.15)  # the replica writes its count every 0.05 s: take a fresh one
+        return (self.usage()[0], *self.received(), self.calls(), *self.switches())
 
     def received(self) -> tuple[float, int]:
         """Watch events received so far (listed objects included) and bytes read."""
@@ -258,21 +320,45 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
             command = [sys.executable, "-m", "trioperator", "run", "--standalone", "-n", namespace]
             command += ["--shards", "auto", "--shard-mode", mode, "--metrics", metrics]
             command += ["--id", name, str(source)]
-            replicas.append(Replica(name, command, env, metrics))
+            calls_file = work / f"{name}.calls" if args.count_calls else None
+            if calls_file is not None:
+                env["SHARD_CALLS_FILE"] = str(calls_file)
+                calls_file.write_text("0")
+            replicas.append(Replica(name, command, env, metrics, calls_file))
         deadline = time.monotonic() + 120
         while not all(r.seen(rf"among {size} member\(s\)") for r in replicas):
             if time.monotonic() > deadline:
                 raise RuntimeError("the ring did not form within 120 s")
             time.sleep(0.2)
 
-        before = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        # The ring at rest first: what each replica costs per second with no object to handle
+        # (its Lease renewals, the others' renewals it receives). It is paid per second, not
+        # per object, so a short burst with more replicas pays more of it per object.
+        settle(replicas)
+        idle_from = [replica.snapshot() for replica in replicas]
+        idle_started = time.monotonic()
+        time.sleep(args.idle_window)
+        idle_to = [replica.snapshot() for replica in replicas]
+        idle_seconds = time.monotonic() - idle_started
+        result["idle_cpu_per_s"] = [
+            (a[0] - b[0]) / idle_seconds for a, b in zip(idle_to, idle_from, strict=True)
+        ]
+        result["idle_calls_per_s"] = [
+            (a[3] - b[3]) / idle_seconds for a, b in zip(idle_to, idle_from, strict=True)
+        ]
+
+        before = [replica.snapshot() for replica in replicas]
         asked = [replica.requests() for replica in replicas]
         started = time.monotonic()
         loader = create(args.kubeconfig, namespace, "burst", args.count)
         finished = wait_handled(args.kubeconfig, namespace, "burst", args.count)
         loader.wait()
-        after = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        after = [replica.snapshot() for replica in replicas]
         result["burst_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+        result["calls"] = [a[3] - b[3] for a, b in zip(after, before, strict=True)]
+        result["switches"] = [
+            (a[4] - b[4], a[5] - b[5]) for a, b in zip(after, before, strict=True)
+        ]
         result["requests"] = [
             dict(replica.requests() - old) for replica, old in zip(replicas, asked, strict=True)
         ]
@@ -290,11 +376,12 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
 
         # Changes of existing (handled, labelled) objects: two patches each, no handler runs.
         settle(replicas)
-        before = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        before = [replica.snapshot() for replica in replicas]
         create(args.kubeconfig, namespace, "burst", args.count, job="patch").wait()
         settle(replicas)
-        after = [(replica.usage()[0], *replica.received()) for replica in replicas]
+        after = [replica.snapshot() for replica in replicas]
         result["change_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
+        result["change_calls"] = [a[3] - b[3] for a, b in zip(after, before, strict=True)]
         result["change_events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
         result["change_bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
 
@@ -337,7 +424,9 @@ def remove_namespace(kubeconfig: str, namespace: str) -> None:
     finalizer (the operator has only a create handler): they go first, then the namespace's own
     finalizer is cleared, as the namespace controller would after emptying it.
     """
-    kubectl(kubeconfig, "delete", "benchobjects", "--all", "-n", namespace, "--timeout=120s")
+    # One request for the whole collection: `kubectl delete --all` deletes one object at a
+    # time, and 2,000 of them took longer than kubectl's 120 s here.
+    kubectl(kubeconfig, "delete", "--raw", collection_path(namespace))
     kubectl(kubeconfig, "delete", "namespace", namespace, "--wait=false")
     body = json.loads(kubectl(kubeconfig, "get", "namespace", namespace, "-o", "json"))
     body["spec"]["finalizers"] = []
@@ -354,6 +443,18 @@ def main() -> None:
     parser.add_argument("--takeover", action="store_true")
     parser.add_argument("--kubeconfig", default=None)
     parser.add_argument("--modes", default="filter,labels")
+    parser.add_argument(
+        "--idle-window",
+        type=float,
+        default=5.0,
+        help="seconds of the formed ring at rest, before the burst (its cost per second)",
+    )
+    parser.add_argument(
+        "--count-calls",
+        action="store_true",
+        help="count each replica's Python call events (a profile hook: slower, but not blurred"
+        " by a busy machine)",
+    )
     args = parser.parse_args()
     if args.kubeconfig is None:
         up = subprocess.run([str(ROOT / "scripts" / "kube-up")], capture_output=True, text=True)
@@ -421,6 +522,31 @@ def main() -> None:
             f"| {'/'.join(f'{cpu:.2f}' for cpu in result['change_cpu'])} "
             f"| {per_change:.2f} |"
         )
+    print("\nAt rest (the formed ring, no objects changing), CPU ms per second per replica:\n")
+    for result in results:
+        idle = " / ".join(f"{cpu * 1000:.1f}" for cpu in result["idle_cpu_per_s"])
+        print(f"- {result['mode']}, {result['replicas']}: {idle}")
+    print("\nContext switches per replica over the burst, voluntary / involuntary (preempted):\n")
+    for result in results:
+        switched = "; ".join(f"{v} / {i}" for v, i in result["switches"])
+        print(f"- {result['mode']}, {result['replicas']}: {switched}")
+    if args.count_calls:
+        print("\nPython call events of the replicas' main threads (a profile hook):\n")
+        print(
+            "| mode | replicas | per replica (burst) | all, per object | at rest, per replica"
+            " per second | all, per object, less the cost at rest | all, per change |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        for result in results:
+            at_rest = sum(result["idle_calls_per_s"]) * result["seconds"]
+            print(
+                f"| {result['mode']} | {result['replicas']} "
+                f"| {'/'.join(str(calls) for calls in result['calls'])} "
+                f"| {sum(result['calls']) / args.count:.0f} "
+                f"| {'/'.join(f'{calls:.0f}' for calls in result['idle_calls_per_s'])} "
+                f"| {(sum(result['calls']) - at_rest) / args.count:.0f} "
+                f"| {sum(result['change_calls']) / (2 * args.count):.0f} |"
+            )
     for result in results:
         if "takeover_seconds" in result:
             print(
