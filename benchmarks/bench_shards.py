@@ -52,7 +52,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -122,6 +122,20 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class Snapshot(NamedTuple):
+    cpu: float  # seconds, user + system
+    events: float  # watch events received, listings included
+    bytes: int  # read by the process (rchar)
+    calls: int  # Python call events (--count-calls), else 0
+    voluntary: int  # context switches while waiting
+    preempted: int  # context switches while runnable
+
+
+def deltas(after: list[Snapshot], before: list[Snapshot], field: str) -> list[Any]:
+    """Each replica's change of one counter between two snapshots."""
+    return [getattr(a, field) - getattr(b, field) for a, b in zip(after, before, strict=True)]
+
+
 class Replica:
     def __init__(
         self,
@@ -186,11 +200,11 @@ class Replica:
             return 0
         return int(self.calls_file.read_text() or 0)
 
-    def snapshot(self) -> tuple[float, float, int, int, int, int]:
-        """CPU s, watch events, bytes read, call events, voluntary and involuntary switches."""
+    def snapshot(self) -> Snapshot:
+        """Its counters now, for the differences over a phase (``deltas``)."""
         if self.calls_file is not None:
             time.sleep(0.15)  # the replica writes its count every 0.05 s: take a fresh one
-        return (self.usage()[0], *self.received(), self.calls(), *self.switches())
+        return Snapshot(self.usage()[0], *self.received(), self.calls(), *self.switches())
 
     def received(self) -> tuple[float, int]:
         """Watch events received so far (listed objects included) and bytes read."""
@@ -340,11 +354,9 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
         time.sleep(args.idle_window)
         idle_to = [replica.snapshot() for replica in replicas]
         idle_seconds = time.monotonic() - idle_started
-        result["idle_cpu_per_s"] = [
-            (a[0] - b[0]) / idle_seconds for a, b in zip(idle_to, idle_from, strict=True)
-        ]
+        result["idle_cpu_per_s"] = [cpu / idle_seconds for cpu in deltas(idle_to, idle_from, "cpu")]
         result["idle_calls_per_s"] = [
-            (a[3] - b[3]) / idle_seconds for a, b in zip(idle_to, idle_from, strict=True)
+            calls / idle_seconds for calls in deltas(idle_to, idle_from, "calls")
         ]
 
         before = [replica.snapshot() for replica in replicas]
@@ -354,16 +366,16 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
         finished = wait_handled(args.kubeconfig, namespace, "burst", args.count)
         loader.wait()
         after = [replica.snapshot() for replica in replicas]
-        result["burst_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
-        result["calls"] = [a[3] - b[3] for a, b in zip(after, before, strict=True)]
-        result["switches"] = [
-            (a[4] - b[4], a[5] - b[5]) for a, b in zip(after, before, strict=True)
-        ]
+        result["burst_cpu"] = deltas(after, before, "cpu")
+        result["calls"] = deltas(after, before, "calls")
+        result["switches"] = list(
+            zip(deltas(after, before, "voluntary"), deltas(after, before, "preempted"), strict=True)
+        )
         result["requests"] = [
             dict(replica.requests() - old) for replica, old in zip(replicas, asked, strict=True)
         ]
-        result["events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
-        result["bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
+        result["events"] = deltas(after, before, "events")
+        result["bytes"] = deltas(after, before, "bytes")
         result["seconds"] = finished - started
         result["per_second"] = args.count / (finished - started)
         usages = [replica.usage() for replica in replicas]
@@ -380,10 +392,10 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
         create(args.kubeconfig, namespace, "burst", args.count, job="patch").wait()
         settle(replicas)
         after = [replica.snapshot() for replica in replicas]
-        result["change_cpu"] = [a[0] - b[0] for a, b in zip(after, before, strict=True)]
-        result["change_calls"] = [a[3] - b[3] for a, b in zip(after, before, strict=True)]
-        result["change_events"] = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
-        result["change_bytes"] = [a[2] - b[2] for a, b in zip(after, before, strict=True)]
+        result["change_cpu"] = deltas(after, before, "cpu")
+        result["change_calls"] = deltas(after, before, "calls")
+        result["change_events"] = deltas(after, before, "events")
+        result["change_bytes"] = deltas(after, before, "bytes")
 
         if takeover and size > 1:
             loader = create(args.kubeconfig, namespace, "second", args.count)
