@@ -3,7 +3,7 @@
     python benchmarks/bench_shards.py [--count 300] [--replicas 1,2,3] [--delay 0.2]
                                       [--worker-limit 10] [--takeover] [--kubeconfig PATH]
                                       [--modes filter,labels] [--count-calls]
-                                      [--idle-window 5]
+                                      [--idle-window 5] [--rate 0]
 
 Each replica runs ``trioperator run --shards auto`` as its own process, with the same per-replica
 worker limit (``settings.queueing.worker_limit``) and a creation handler that awaits ``--delay``
@@ -23,6 +23,11 @@ it received (its ``trioperator_watch_events_total``, listings included), the byt
 its CPU seconds and context switches; the total CPU of all replicas per object. Before the
 burst, ``--idle-window`` seconds (5) of the formed ring at rest give each replica's cost per
 second with nothing to handle (the Leases), which a burst pays per second, not per object.
+
+``--rate``: create the objects at this many per second (an open loop) instead of all at once.
+A burst saturates the 2 cores, and then the CPU seconds depend on how the processes share them;
+at a rate the machine keeps up with, each replica wakes up for each of its objects with any
+number of replicas, so the CPU per object less the cost at rest shows what the work costs.
 
 ``--count-calls``: each replica also counts its Python call events (a profile hook on the
 thread of its trio loop). CPU seconds on 2 shared cores can grow with the number of processes
@@ -124,6 +129,7 @@ def _free_port() -> int:
 
 class Snapshot(NamedTuple):
     cpu: float  # seconds, user + system
+    system: float  # seconds in the kernel (system calls, wake-ups, the network)
     events: float  # watch events received, listings included
     bytes: int  # read by the process (rchar)
     calls: int  # Python call events (--count-calls), else 0
@@ -174,15 +180,18 @@ class Replica:
                 return when
         return None
 
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far: user + system, and system alone."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        user, system = int(fields[11]) / ticks, int(fields[12]) / ticks
+        return user + system, system
+
     def usage(self) -> tuple[float, float]:
         """CPU seconds (user+system) and peak RSS in MiB, read while it runs."""
-        pid = self.process.pid
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        cpu = (int(fields[11]) + int(fields[12])) / ticks
-        status = Path(f"/proc/{pid}/status").read_text()
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
         match = re.search(r"VmHWM:\s+(\d+) kB", status)
-        return cpu, (int(match.group(1)) / 1024 if match else 0.0)
+        return self.cpu()[0], (int(match.group(1)) / 1024 if match else 0.0)
 
     def switches(self) -> tuple[int, int]:
         """Context switches so far: voluntary (it waited) and involuntary (it was preempted)."""
@@ -204,7 +213,8 @@ class Replica:
         """Its counters now, for the differences over a phase (``deltas``)."""
         if self.calls_file is not None:
             time.sleep(0.15)  # the replica writes its count every 0.05 s: take a fresh one
-        return Snapshot(self.usage()[0], *self.received(), self.calls(), *self.switches())
+        cpu, system = self.cpu()
+        return Snapshot(cpu, system, *self.received(), self.calls(), *self.switches())
 
     def received(self) -> tuple[float, int]:
         """Watch events received so far (listed objects included) and bytes read."""
@@ -299,12 +309,13 @@ def settle(replicas: list[Replica], quiet: float = 3.0, limit: float = 120.0) ->
 
 
 def create(
-    kubeconfig: str, namespace: str, prefix: str, count: int, job: str = "create"
+    kubeconfig: str, namespace: str, prefix: str, count: int, job: str = "create", rate: float = 0
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             *(sys.executable, str(HERE / "load.py"), job, "--namespace", namespace),
             *("--prefix", prefix, "--count", str(count), "--kubeconfig", kubeconfig),
+            *(("--rate", str(rate)) if rate else ()),
         ],
         stdout=subprocess.DEVNULL,
         text=True,
@@ -362,11 +373,12 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
         before = [replica.snapshot() for replica in replicas]
         asked = [replica.requests() for replica in replicas]
         started = time.monotonic()
-        loader = create(args.kubeconfig, namespace, "burst", args.count)
+        loader = create(args.kubeconfig, namespace, "burst", args.count, rate=args.rate)
         finished = wait_handled(args.kubeconfig, namespace, "burst", args.count)
         loader.wait()
         after = [replica.snapshot() for replica in replicas]
         result["burst_cpu"] = deltas(after, before, "cpu")
+        result["burst_system"] = deltas(after, before, "system")
         result["calls"] = deltas(after, before, "calls")
         result["switches"] = list(
             zip(deltas(after, before, "voluntary"), deltas(after, before, "preempted"), strict=True)
@@ -462,6 +474,12 @@ def main() -> None:
         help="seconds of the formed ring at rest, before the burst (its cost per second)",
     )
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="create the objects at this many per second (an open loop); 0: all at once",
+    )
+    parser.add_argument(
         "--count-calls",
         action="store_true",
         help="count each replica's Python call events (a profile hook: slower, but not blurred"
@@ -486,19 +504,23 @@ def main() -> None:
         for mode in modes
         for size in sizes
     ]
+    pace = f"created at {args.rate:g} per second" if args.rate else "created at once"
     print(
-        f"\n{args.count} objects, handler awaits {args.delay} s, "
+        f"\n{args.count} objects ({pace}), handler awaits {args.delay} s, "
         f"worker limit {args.worker_limit} per replica\n"
     )
     print(
         "| mode | replicas | seconds | objects/s | scaling | objects per replica "
         "| watch events per replica | MiB read per replica | CPU s per replica (burst) "
-        "| total CPU ms per object | CPU s (all, whole run) | peak RSS MiB (max) |"
+        "| total CPU ms per object | less the cost at rest | CPU s (all, whole run) "
+        "| peak RSS MiB (max) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
         base = next(r for r in results if r["mode"] == result["mode"])["per_second"]
         per_object = sum(result["burst_cpu"]) / args.count * 1000
+        at_rest = sum(result["idle_cpu_per_s"]) * result["seconds"]
+        net = (sum(result["burst_cpu"]) - at_rest) / args.count * 1000
         print(
             f"| {result['mode']} | {result['replicas']} | {result['seconds']:.1f} "
             f"| {result['per_second']:.1f} | {result['per_second'] / base:.2f}x "
@@ -506,7 +528,7 @@ def main() -> None:
             f"| {'/'.join(f'{events:.0f}' for events in result['events'])} "
             f"| {'/'.join(f'{size / 2**20:.2f}' for size in result['bytes'])} "
             f"| {'/'.join(f'{cpu:.2f}' for cpu in result['burst_cpu'])} "
-            f"| {per_object:.2f} | {result['cpu']:.1f} "
+            f"| {per_object:.2f} | {net:.2f} | {result['cpu']:.1f} "
             f"| {result['peak_rss_mib']:.0f} |"
         )
     print("\nAPI requests per replica over the burst (by verb; HTTP code if not 2xx):\n")
@@ -538,6 +560,11 @@ def main() -> None:
     for result in results:
         idle = " / ".join(f"{cpu * 1000:.1f}" for cpu in result["idle_cpu_per_s"])
         print(f"- {result['mode']}, {result['replicas']}: {idle}")
+    print("\nCPU of all replicas per object over the burst, user / system (the kernel), ms:\n")
+    for result in results:
+        system = sum(result["burst_system"]) / args.count * 1000
+        user = sum(result["burst_cpu"]) / args.count * 1000 - system
+        print(f"- {result['mode']}, {result['replicas']}: {user:.2f} / {system:.2f}")
     print("\nContext switches per replica over the burst, voluntary / involuntary (preempted):\n")
     for result in results:
         switched = "; ".join(f"{v} / {i}" for v, i in result["switches"])
