@@ -424,11 +424,13 @@ def run_ring(args: argparse.Namespace, size: int, takeover: bool, mode: str) -> 
             loader.wait()
             result["takeover_seconds"] = finished - killed
             served = [
-                replica.first_after(rf"among {size - 1} member\(s\)", killed_wall)
+                moment
                 for replica in replicas[:-1]
+                if (moment := replica.first_after(rf"among {size - 1} member\(s\)", killed_wall))
+                is not None
             ]
-            if all(moment is not None for moment in served):
-                result["rebalanced_seconds"] = max(served) - killed_wall  # type: ignore[type-var]
+            if len(served) == size - 1:  # every survivor serves the smaller ring
+                result["rebalanced_seconds"] = max(served) - killed_wall
     finally:
         for replica in replicas:
             replica.stop()
