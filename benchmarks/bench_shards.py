@@ -142,6 +142,12 @@ def deltas(after: list[Snapshot], before: list[Snapshot], field: str) -> list[An
     return [getattr(a, field) - getattr(b, field) for a, b in zip(after, before, strict=True)]
 
 
+def beyond_rest(result: dict[str, Any], burst: str, idle: str) -> float:
+    """All replicas' ``burst`` total less what they spend at rest over as many seconds
+    (``idle``: each replica's rate per second in the idle window)."""
+    return float(sum(result[burst]) - sum(result[idle]) * result["seconds"])
+
+
 class Replica:
     def __init__(
         self,
@@ -521,8 +527,7 @@ def main() -> None:
     for result in results:
         base = next(r for r in results if r["mode"] == result["mode"])["per_second"]
         per_object = sum(result["burst_cpu"]) / args.count * 1000
-        at_rest = sum(result["idle_cpu_per_s"]) * result["seconds"]
-        net = (sum(result["burst_cpu"]) - at_rest) / args.count * 1000
+        net = beyond_rest(result, "burst_cpu", "idle_cpu_per_s") / args.count * 1000
         print(
             f"| {result['mode']} | {result['replicas']} | {result['seconds']:.1f} "
             f"| {result['per_second']:.1f} | {result['per_second'] / base:.2f}x "
@@ -579,13 +584,12 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|")
         for result in results:
-            at_rest = sum(result["idle_calls_per_s"]) * result["seconds"]
             print(
                 f"| {result['mode']} | {result['replicas']} "
                 f"| {'/'.join(str(calls) for calls in result['calls'])} "
                 f"| {sum(result['calls']) / args.count:.0f} "
                 f"| {'/'.join(f'{calls:.0f}' for calls in result['idle_calls_per_s'])} "
-                f"| {(sum(result['calls']) - at_rest) / args.count:.0f} "
+                f"| {beyond_rest(result, 'calls', 'idle_calls_per_s') / args.count:.0f} "
                 f"| {sum(result['change_calls']) / (2 * args.count):.0f} |"
             )
     for result in results:
